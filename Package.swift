@@ -1,0 +1,50 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// StoreSync: a strict Redux store, taken across process boundaries.
+///
+/// Module graph (imports run downward only):
+///
+///     hubd, replica-cli, sync-bench          (executables: parse flags, wire parts, print)
+///        StoreHub        StoreReplica        (the two ends; a replica never imports the hub)
+///              SyncPOSIX   BuiltinApps       (sockets/poll/signals; shared reducers)
+///                    SyncCore                (SyncApp: a reducer plus its JSON codec)
+///              StoreCore   SyncProtocol      (the store; the wire: JSON, frames, messages, digest)
+let package = Package(
+    name: "StoreSync",
+    products: [
+        .library(name: "StoreCore", targets: ["StoreCore"]),
+        .library(name: "SyncProtocol", targets: ["SyncProtocol"]),
+        .library(name: "SyncCore", targets: ["SyncCore"]),
+        .library(name: "BuiltinApps", targets: ["BuiltinApps"]),
+        .library(name: "StoreHub", targets: ["StoreHub"]),
+        .library(name: "StoreReplica", targets: ["StoreReplica"]),
+        .executable(name: "hubd", targets: ["hubd"]),
+        .executable(name: "replica-cli", targets: ["replica-cli"]),
+        .executable(name: "sync-bench", targets: ["sync-bench"]),
+    ],
+    targets: [
+        .target(name: "StoreCore"),
+        .target(name: "SyncProtocol"),
+        .target(name: "SyncPOSIX"),
+        .target(name: "SyncCore", dependencies: ["StoreCore", "SyncProtocol"]),
+        .target(name: "BuiltinApps", dependencies: ["SyncCore"]),
+        .target(name: "StoreHub", dependencies: ["SyncCore", "SyncPOSIX"]),
+        .target(name: "StoreReplica", dependencies: ["SyncCore", "SyncPOSIX"]),
+        .executableTarget(name: "hubd", dependencies: ["StoreHub", "BuiltinApps"]),
+        .executableTarget(name: "replica-cli", dependencies: ["StoreReplica", "BuiltinApps"]),
+        .executableTarget(
+            name: "sync-bench",
+            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps"],
+            path: "Benchmarks/sync-bench"
+        ),
+        .testTarget(name: "StoreCoreTests", dependencies: ["StoreCore"]),
+        .testTarget(name: "SyncProtocolTests", dependencies: ["SyncProtocol"]),
+        .testTarget(name: "BuiltinAppsTests", dependencies: ["BuiltinApps"]),
+        .testTarget(
+            name: "SyncTests",
+            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncPOSIX"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,50 @@
+import Observation
+import Synchronization
+
+/// An `Observable` view of one selected value of a store, updated only when it changes.
+///
+/// In SwiftUI, a view that reads `selection.value` re-renders when that value changes
+/// and not when other parts of the state do (seed 002's performance caveat).
+///
+///     let count = store.selection { $0.count }
+///     Text("\(count.value)")
+public final class Selection<Value: Equatable & Sendable>: Sendable, Observable {
+    private let storage: Mutex<Value>
+    private let registrar = ObservationRegistrar()
+    private let token: Mutex<Subscription?> = Mutex(nil)
+
+    init(initial: Value) {
+        storage = Mutex(initial)
+    }
+
+    /// The selected value, as of the last action that changed it.
+    public var value: Value {
+        registrar.access(self, keyPath: \.value)
+        return storage.withLock { $0 }
+    }
+
+    func update(_ value: Value) {
+        registrar.willSet(self, keyPath: \.value)
+        storage.withLock { $0 = value }
+        registrar.didSet(self, keyPath: \.value)
+    }
+
+    func attach(_ subscription: Subscription) {
+        token.withLock { $0 = subscription }
+    }
+}
+
+extension Store {
+    /// An `Observable` object holding one selected value, kept up to date.
+    ///
+    /// - Parameter selector: Picks the value out of the state.
+    /// - Returns: The selection; it follows the store while it is alive.
+    public func selection<Value: Equatable & Sendable>(
+        _ selector: @escaping @Sendable (State) -> Value
+    ) -> Selection<Value> {
+        let selection = Selection(initial: selector(state))
+        let token = subscribe(to: selector) { [weak selection] value in selection?.update(value) }
+        selection.attach(token)
+        return selection
+    }
+}

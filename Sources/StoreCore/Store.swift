@@ -1,0 +1,297 @@
+import Observation
+import Synchronization
+
+/// The single source of truth: a state that only actions change (Redux's three principles, enforced).
+///
+/// - **Read-only state.** ``state`` has no setter and the store hands out copies of a
+///   value type; the only way to change it is ``dispatch(_:)-7ht3r`` (principle 2, which
+///   seed 000 admits its package could not enforce).
+/// - **Middleware and enhancers** wrap dispatch: inputs go through the enhancer chain
+///   (for example ``StoreEnhancer/applyMiddleware(_:)`` with ``Middleware/thunk``) and
+///   then to the reducer.
+/// - **Subscriptions**: ``subscribe(sendCurrent:_:)`` for every new state,
+///   ``subscribe(to:sendCurrent:onChange:)`` for a selected `Equatable` value that fires only
+///   when that value changes, ``states(bufferingPolicy:)`` and ``values(of:bufferingPolicy:)``
+///   as `AsyncStream`s, ``selection(_:)`` as an `Observable` object, and the store itself is
+///   `Observable` (``state`` registers access).
+///
+/// ## Threads and re-entrancy
+/// The store is `Sendable` and may be used from any thread or task. Dispatches are
+/// serialised: one runs at a time, through the middleware, the reducer and every
+/// subscriber callback. A dispatch made *during* a dispatch on the same thread (from a
+/// middleware, a thunk or a subscriber) is queued and runs right after the current one,
+/// in order, before the outer `dispatch` returns. A dispatch from another thread waits
+/// until the current one (and its queue) has finished, then runs. So when `dispatch`
+/// returns, the action and everything it queued have been applied and announced. Do not
+/// block a subscriber on another thread that is itself dispatching to this store.
+public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendable, R.Action: Sendable {
+    /// The state type.
+    public typealias State = R.State
+    /// The action type.
+    public typealias Action = R.Action
+    /// A dispatch function, as middleware sees it.
+    public typealias Dispatch = @Sendable (Dispatchable<State, Action>) -> Void
+
+    /// The reducer that applies every action.
+    public let reducer: R
+
+    let core: Mutex<Core>
+    /// Held for the whole of a dispatch; its value is the entry of the enhancer chain.
+    private let drain: Mutex<DrainContext>
+    /// The thread that holds `drain`, or 0.
+    private let owner = Atomic<UInt>(0)
+    let registrar = ObservationRegistrar()
+    private let onError: (@Sendable (R.Failure, Action) -> Void)?
+
+    private struct DrainContext {
+        var chain: Dispatch?
+    }
+
+    struct Core {
+        var state: State
+        var queue: [Pending] = []
+        var queueHead = 0
+        var subscribers: [Subscriber] = []
+        var nextSubscriberID: UInt64 = 1
+        var history: HistoryLog<State, Action>?
+
+        mutating func popPending() -> Pending? {
+            guard queueHead < queue.count else { return nil }
+            let next = queue[queueHead]
+            queueHead += 1
+            if queueHead == queue.count {
+                queue.removeAll(keepingCapacity: true)
+                queueHead = 0
+            }
+            return next
+        }
+    }
+
+    enum Pending: Sendable {
+        case input(Dispatchable<State, Action>)
+        case received(Action)
+    }
+
+    final class Subscriber: Sendable {
+        let id: UInt64
+        let callback: @Sendable (State) -> Void
+        let cancelled = Atomic<Bool>(false)
+        init(id: UInt64, callback: @escaping @Sendable (State) -> Void) {
+            self.id = id
+            self.callback = callback
+        }
+    }
+
+    /// Creates a store, Redux's `createStore(reducer, preloadedState, enhancer)`.
+    ///
+    /// - Parameters:
+    ///   - initialState: The starting state.
+    ///   - reducer: The pure reducer that applies every action.
+    ///   - enhancer: Wraps dispatch, e.g. `.applyMiddleware(.thunk, .logging(to: log))`.
+    ///   - history: Opt-in time-travel recording; `nil` (the default) records nothing.
+    ///   - onError: Called when the reducer refuses a dispatched action (the state is then unchanged).
+    public convenience init(
+        initialState: State,
+        reducer: R,
+        enhancer: StoreEnhancer<State, Action> = .identity,
+        history: HistoryPolicy? = nil,
+        onError: (@Sendable (R.Failure, Action) -> Void)? = nil
+    ) {
+        self.init(initialState: initialState, reducer: reducer, enhancer: enhancer, history: history,
+                  onError: onError, terminal: nil)
+    }
+
+    /// Creates a store whose chain ends in `terminal` instead of the reducer.
+    ///
+    /// A replica uses this: its dispatched actions go upstream to the hub, and the reducer
+    /// runs only on actions the hub sequences (``receive(_:)``).
+    ///
+    /// - Parameters:
+    ///   - initialState: The starting state.
+    ///   - reducer: The reducer for ``receive(_:)`` and ``apply(_:)``.
+    ///   - enhancer: Wraps dispatch.
+    ///   - history: Opt-in time-travel recording.
+    ///   - onError: Called when the reducer refuses a dispatched or received action.
+    ///   - terminal: Where plain actions go after the enhancer chain; `nil` means the reducer.
+    package init(
+        initialState: State,
+        reducer: R,
+        enhancer: StoreEnhancer<State, Action>,
+        history: HistoryPolicy?,
+        onError: (@Sendable (R.Failure, Action) -> Void)?,
+        terminal: (@Sendable (Action) -> Void)?
+    ) {
+        self.reducer = reducer
+        self.onError = onError
+        var core = Core(state: initialState)
+        if let history { core.history = HistoryLog(start: initialState, policy: history) }
+        self.core = Mutex(core)
+        self.drain = Mutex(DrainContext())
+        let context = StoreContext<State, Action>(
+            getState: { [weak self] in
+                // A released store has no state to give; only a thunk outliving its store can get here.
+                self?.core.withLock { $0.state } ?? initialState
+            },
+            dispatch: { [weak self] input in self?.dispatch(input) }
+        )
+        let base: Dispatch = { [weak self] input in
+            guard let self, case .action(let action) = input else { return }
+            if let terminal {
+                terminal(action)
+            } else {
+                self.withDrain { self.applyAndNotify(action) }
+            }
+        }
+        let chain = enhancer.enhance(context, base)
+        drain.withLock { $0.chain = chain }
+    }
+
+    // MARK: - State
+
+    /// The current state: a copy, readable from any thread, never writable from outside.
+    ///
+    /// Reading it inside `withObservationTracking` (or a SwiftUI view body) registers an
+    /// observation that fires when an action changes the state.
+    public var state: State {
+        registrar.access(self, keyPath: \.state)
+        return core.withLock { $0.state }
+    }
+
+    // MARK: - Dispatch
+
+    /// Dispatches an action or a thunk through the enhancer chain.
+    ///
+    /// - Parameter input: What to dispatch.
+    public func dispatch(_ input: Dispatchable<State, Action>) {
+        let me = currentThreadID()
+        if owner.load(ordering: .relaxed) == me {
+            core.withLock { $0.queue.append(.input(input)) }
+            return
+        }
+        drain.withLock { context in
+            owner.store(me, ordering: .relaxed)
+            context.chain?(input)
+            drainQueue(context.chain)
+            owner.store(0, ordering: .relaxed)
+        }
+    }
+
+    /// Dispatches a plain action through the enhancer chain.
+    ///
+    /// - Parameter action: The action.
+    public func dispatch(_ action: Action) {
+        dispatch(.action(action))
+    }
+
+    /// Dispatches a thunk; ``Middleware/thunk`` must be installed to run it.
+    ///
+    /// - Parameter thunk: The thunk.
+    public func dispatch(_ thunk: Thunk<State, Action>) {
+        dispatch(.thunk(thunk))
+    }
+
+    /// Applies an action that was already decided elsewhere, skipping the enhancer chain.
+    ///
+    /// A replica calls this for every action the hub sequences, so middleware and thunks
+    /// never run twice. Subscribers are notified as for a local dispatch. Called during a
+    /// dispatch on the same thread, the action is queued like a dispatch (and a refusal
+    /// then goes to `onError`).
+    ///
+    /// - Parameter action: The sequenced action.
+    /// - Throws: The reducer's failure; the state is then unchanged.
+    package func receive(_ action: Action) throws(R.Failure) {
+        let me = currentThreadID()
+        if owner.load(ordering: .relaxed) == me {
+            core.withLock { $0.queue.append(.received(action)) }
+            return
+        }
+        try drain.withLock { (context: inout DrainContext) throws(R.Failure) -> Void in
+            owner.store(me, ordering: .relaxed)
+            defer {
+                drainQueue(context.chain)
+                owner.store(0, ordering: .relaxed)
+            }
+            try applyThrowing(action)
+        }
+    }
+
+    /// Applies an action directly with the reducer, reporting a refusal to the caller.
+    ///
+    /// The hub validates every dispatch this way before giving it a sequence number.
+    ///
+    /// - Parameter action: The action.
+    /// - Throws: The reducer's failure; the state is then unchanged.
+    package func apply(_ action: Action) throws(R.Failure) {
+        try receive(action)
+    }
+
+    /// Replaces the state wholesale and notifies subscribers (hydration from a snapshot).
+    ///
+    /// - Parameter state: The new state.
+    package func replaceState(_ state: State) {
+        withDrain {
+            registrar.willSet(self, keyPath: \.state)
+            let subscribers = core.withLock { core -> [Subscriber] in
+                core.state = state
+                return core.subscribers
+            }
+            registrar.didSet(self, keyPath: \.state)
+            notify(subscribers, state)
+        }
+    }
+
+    /// Runs `body` as part of the dispatch in progress on this thread, or as a dispatch of its own.
+    func withDrain<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        let me = currentThreadID()
+        if owner.load(ordering: .relaxed) == me { return try body() }
+        return try drain.withLock { (context: inout DrainContext) throws(E) -> T in
+            owner.store(me, ordering: .relaxed)
+            defer {
+                drainQueue(context.chain)
+                owner.store(0, ordering: .relaxed)
+            }
+            return try body()
+        }
+    }
+
+    /// Runs everything queued by re-entrant dispatches, in order. Caller holds `drain`.
+    ///
+    /// - Parameter chain: The enhancer chain, read from `drain`'s value by the caller.
+    private func drainQueue(_ chain: Dispatch?) {
+        while let next = core.withLock({ $0.popPending() }) {
+            switch next {
+            case .input(let input):
+                chain?(input)
+            case .received(let action):
+                applyAndNotify(action)
+            }
+        }
+    }
+
+    /// Applies and notifies, sending a refusal to `onError`. Caller holds `drain`.
+    private func applyAndNotify(_ action: Action) {
+        do {
+            try applyThrowing(action)
+        } catch {
+            onError?(error, action)
+        }
+    }
+
+    /// Applies one action with the reducer, records it, and notifies. Caller holds `drain`.
+    private func applyThrowing(_ action: Action) throws(R.Failure) {
+        registrar.willSet(self, keyPath: \.state)
+        defer { registrar.didSet(self, keyPath: \.state) }
+        let (state, subscribers) = try core.withLock { (core: inout Core) throws(R.Failure) -> (State, [Subscriber]) in
+            try reducer.reduce(into: &core.state, action: action)
+            core.history?.record(action, state: core.state)
+            return (core.state, core.subscribers)
+        }
+        notify(subscribers, state)
+    }
+
+    func notify(_ subscribers: [Subscriber], _ state: State) {
+        for subscriber in subscribers where !subscriber.cancelled.load(ordering: .relaxed) {
+            subscriber.callback(state)
+        }
+    }
+}

@@ -1,0 +1,122 @@
+import StoreCore
+import Testing
+import Observation
+import Synchronization
+
+struct Form: Reducer {
+    struct State: Sendable, Equatable { var text = ""; var on = false; var edits = 0 }
+    enum Action: Sendable, Equatable { case setText(String), setOn(Bool) }
+    func reduce(into state: inout State, action: Action) {
+        switch action {
+        case .setText(let text): state.text = text
+        case .setOn(let on): state.on = on
+        }
+        state.edits += 1
+    }
+}
+
+@Suite("Bindings")
+struct BindingTests {
+    @Test("a binding reads the store and its writes dispatch the action")
+    func twoWay() {
+        let dispatched = Recorder<Form.Action>()
+        let spy = Middleware<Form.State, Form.Action> { _, next, input in
+            if let action = input.action { dispatched.append(action) }
+            next(input)
+        }
+        let store = Store(initialState: Form.State(), reducer: Form(), enhancer: .applyMiddleware(spy))
+        let text = store.binding(\.text, send: { .setText($0) })
+        let toggle = store.binding(\.on, send: { .setOn($0) })
+        #expect(text.wrappedValue == "")
+        text.wrappedValue = "hello"
+        toggle.wrappedValue = true
+        #expect(text.wrappedValue == "hello")
+        #expect(toggle.wrappedValue)
+        #expect(dispatched.all == [.setText("hello"), .setOn(true)])
+        #expect(store.state.edits == 2)
+    }
+
+    @Test("a write the middleware swallows does not change the bound value")
+    func swallowedWrite() {
+        let readOnly = Middleware<Form.State, Form.Action> { _, _, _ in }
+        let store = Store(initialState: Form.State(), reducer: Form(), enhancer: .applyMiddleware(readOnly))
+        let text = store.binding(\.text, send: { .setText($0) })
+        text.wrappedValue = "ignored"
+        #expect(text.wrappedValue == "")
+    }
+}
+
+@Suite("History")
+struct HistoryTests {
+    @Test("history is off by default")
+    func offByDefault() {
+        let store = Store(initialState: Count.State(), reducer: Count())
+        store.dispatch(.increment)
+        #expect(store.history.isEmpty)
+        #expect(!store.jump(to: 0))
+        #expect(store.replay() == nil)
+    }
+
+    @Test("records (action, state after), jumps, replays, and stays bounded")
+    func record() {
+        let store = Store(initialState: Count.State(), reducer: Count(), history: .bounded(4))
+        let seen = Recorder<Int>()
+        let token = store.subscribe { seen.append($0.count) }
+        store.dispatch(.increment)
+        store.dispatch(.add(10))
+        #expect(store.history.map(\.action) == [nil, .increment, .add(10)])
+        #expect(store.history.map(\.state.count) == [0, 1, 11])
+        #expect(store.replay() == Count.State(count: 11))
+
+        #expect(store.jump(to: 1))
+        #expect(store.state.count == 1)
+        #expect(store.historyCursor == 1)
+        #expect(store.replay() == Count.State(count: 1))
+        #expect(seen.all == [1, 11, 1])
+
+        // A new action after a jump drops the entries past the cursor.
+        store.dispatch(.add(5))
+        #expect(store.history.map(\.state.count) == [0, 1, 6])
+
+        // Bounded: the oldest entries go; the first kept entry is the new starting point.
+        store.dispatch(.increment)
+        store.dispatch(.increment)
+        #expect(store.history.map(\.state.count) == [1, 6, 7, 8])
+        #expect(store.replay() == Count.State(count: 8))
+        #expect(!store.jump(to: 4))
+        _ = token
+    }
+}
+
+@Suite("Observation")
+struct ObservationTests {
+    @Test("reading state inside withObservationTracking registers a change on dispatch")
+    func storeIsObservable() {
+        let store = Store(initialState: Count.State(), reducer: Count())
+        let changed = Atomic<Int>(0)
+        withObservationTracking {
+            _ = store.state
+        } onChange: {
+            changed.add(1, ordering: .relaxed)
+        }
+        #expect(changed.load(ordering: .relaxed) == 0)
+        store.dispatch(.increment)
+        #expect(changed.load(ordering: .relaxed) == 1)
+    }
+
+    @Test("a selection notifies observers only when its value changes")
+    func selectionObservesOnlyChanges() {
+        let store = Store(initialState: Count.State(), reducer: Count())
+        let count = store.selection { $0.count }
+        let changed = Atomic<Int>(0)
+        func track() {
+            withObservationTracking { _ = count.value } onChange: { changed.add(1, ordering: .relaxed) }
+        }
+        track()
+        store.dispatch(.noop)
+        #expect(changed.load(ordering: .relaxed) == 0)
+        store.dispatch(.increment)
+        #expect(changed.load(ordering: .relaxed) == 1)
+        #expect(count.value == 1)
+    }
+}
