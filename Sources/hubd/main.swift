@@ -1,1 +1,115 @@
-print("not yet")
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import BuiltinApps
+import StoreHub
+import SyncCore
+import SyncPOSIX
+
+let usage = """
+    hubd — the StoreSync hub: owns the root store and the order of actions, serves replicas.
+
+    USAGE: hubd [--app NAME] [--socket PATH] [--max-frame-bytes N] [--max-queue-bytes N]
+           hubd --list-apps | --help
+
+    OPTIONS:
+      --app NAME             The app (reducer) to run: counter (default), todos or json.
+                             Every replica must run the same app; see --list-apps.
+      --socket PATH          The Unix socket to listen on. Default: $STORESYNC_SOCKET, else
+                             $XDG_RUNTIME_DIR/storesync/hub.sock, else
+                             ${TMPDIR:-/tmp}/storesync-UID/hub.sock. The directory is created
+                             with mode 0700, the socket gets mode 0600. A live hub on the path
+                             is never displaced; a stale socket file is replaced.
+      --max-frame-bytes N    The largest frame payload a client may send (default 1048576).
+                             A longer frame gets error frame-too-large and the client is closed.
+      --max-queue-bytes N    The most bytes queued for one replica that is not reading
+                             (default 67108864); past it that replica is dropped so it never
+                             holds back the others.
+      --list-apps            Print the built-in apps with their fingerprints and exit.
+      -h, --help             Print this help and exit.
+
+    Logs go to stderr. SIGINT or SIGTERM: stop accepting, flush queued frames, remove the
+    socket, exit 0. Exit status 1: the hub could not start (message on stderr); 2: bad usage.
+    """
+
+func pad(_ text: String, _ width: Int) -> String {
+    text + String(repeating: " ", count: max(0, width - text.count))
+}
+
+func fail(_ message: String, status: Int32) -> Never {
+    Console.error("hubd: \(message)")
+    exit(status)
+}
+
+func serve<App: SyncApp>(_ app: App, configuration: HubConfiguration) -> Never {
+    let hub: Hub<App>
+    do throws(SystemError) {
+        hub = try Hub(app: app, configuration: configuration)
+    } catch {
+        fail(error.message, status: 1)
+    }
+    let signals: Int32
+    do throws(SystemError) {
+        signals = try SignalPipe.install()
+    } catch {
+        fail(error.message, status: 1)
+    }
+    do throws(SystemError) {
+        try hub.run(stopOn: signals)
+    } catch {
+        fail(error.message, status: 1)
+    }
+    exit(0)
+}
+
+var appName = "counter"
+var socketFlag: String?
+var maxFrameBytes = 1 << 20
+var maxQueueBytes = 64 << 20
+var arguments = ArgumentCursor(CommandLine.arguments)
+
+func value(for flag: String, _ arguments: inout ArgumentCursor) -> String {
+    guard let next = arguments.next() else { fail("\(flag) needs a value; see hubd --help", status: 2) }
+    return next
+}
+
+func positiveInt(for flag: String, _ arguments: inout ArgumentCursor) -> Int {
+    let text = value(for: flag, &arguments)
+    guard let number = Int(text), number > 0 else { fail("\(flag) needs a positive integer, got \"\(text)\"", status: 2) }
+    return number
+}
+
+while let argument = arguments.next() {
+    switch argument {
+    case "-h", "--help":
+        print(usage)
+        exit(0)
+    case "--list-apps":
+        for app in BuiltinApps.all {
+            print("\(pad(app.name, 9)) \(pad(app.fingerprint, 11)) \(app.summary)")
+        }
+        exit(0)
+    case "--app": appName = value(for: argument, &arguments)
+    case "--socket": socketFlag = value(for: argument, &arguments)
+    case "--max-frame-bytes": maxFrameBytes = positiveInt(for: argument, &arguments)
+    case "--max-queue-bytes": maxQueueBytes = positiveInt(for: argument, &arguments)
+    default:
+        fail("unknown argument \"\(argument)\"; see hubd --help", status: 2)
+    }
+}
+
+guard let app = BuiltinApps.app(named: appName) else {
+    fail("unknown app \"\(appName)\"; the built-in apps are \(BuiltinApps.names) (hubd --list-apps)", status: 2)
+}
+
+let configuration = HubConfiguration(
+    socketPath: SocketPath.resolve(explicit: socketFlag),
+    maxFrameBytes: maxFrameBytes,
+    maxQueuedBytesPerReplica: maxQueueBytes,
+    log: { line in Console.error(line) }
+)
+serve(app, configuration: configuration)

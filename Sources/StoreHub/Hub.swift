@@ -1,0 +1,96 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import SyncCore
+import SyncPOSIX
+import Synchronization
+
+/// The hub: owns the root store, is the single order of actions, and serves replicas.
+///
+/// Create it (which binds the socket, so a bad path or a live hub fails right away),
+/// then call ``run(stopOn:)`` on a thread of its own; it returns after ``stop()`` or a
+/// signal on the given descriptor, having flushed what was queued and removed the socket.
+///
+///     let hub = try Hub(app: CounterApp(), configuration: .init(socketPath: path))
+///     try hub.run()
+///
+/// All sockets, the store and the sequence counter belong to the one thread inside
+/// `run`; other threads may only call ``stop()`` and read the immutable properties.
+public final class Hub<App: SyncApp>: Sendable {
+    /// The app every replica must run.
+    public let app: App
+    /// The configuration.
+    public let configuration: HubConfiguration
+    /// This run's id, 16 hex digits, sent in `welcome` and `status`.
+    public let hubID: String
+
+    private let listener: Int32
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
+    private let stopRequested = Atomic<Bool>(false)
+    private let running = Atomic<Bool>(false)
+
+    /// Binds the socket.
+    ///
+    /// - Parameters:
+    ///   - app: The app.
+    ///   - configuration: Where to listen and the limits.
+    /// - Throws: ``SystemError`` when the path is too long or unusable, or a live hub owns it.
+    public init(app: App, configuration: HubConfiguration) throws(SystemError) {
+        self.app = app
+        self.configuration = configuration
+        self.hubID = Digest.hex(UInt64.random(in: 0...UInt64.max))
+        UnixSocket.ignoreBrokenPipes()
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else { throw SystemError.lastCall("cannot create the hub's wake pipe") }
+        for fd in ends {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            try UnixSocket.setNonBlocking(fd)
+        }
+        wakeRead = ends[0]
+        wakeWrite = ends[1]
+        do {
+            listener = try UnixSocket.listen(at: configuration.socketPath)
+        } catch {
+            UnixSocket.close(ends[0])
+            UnixSocket.close(ends[1])
+            throw error
+        }
+    }
+
+    deinit {
+        if !running.load(ordering: .relaxed) {
+            UnixSocket.close(listener)
+        }
+        UnixSocket.close(wakeRead)
+        UnixSocket.close(wakeWrite)
+    }
+
+    /// Asks ``run(stopOn:)`` to finish: stop accepting, flush queued frames, remove the socket.
+    ///
+    /// Safe from any thread, any number of times.
+    public func stop() {
+        stopRequested.store(true, ordering: .sequentiallyConsistent)
+        var byte: UInt8 = 1
+        _ = write(wakeWrite, &byte, 1)
+    }
+
+    /// Serves clients on the calling thread until ``stop()`` or a byte on `stopFD`.
+    ///
+    /// - Parameter stopFD: An extra descriptor whose readability means "stop" (hubd
+    ///   passes its SIGINT/SIGTERM pipe).
+    /// - Throws: ``SystemError`` if the event loop itself fails; client errors never throw.
+    public func run(stopOn stopFD: Int32? = nil) throws(SystemError) {
+        guard !running.exchange(true, ordering: .sequentiallyConsistent) else {
+            throw SystemError("this hub is already running")
+        }
+        let loop = HubLoop(app: app, configuration: configuration, hubID: hubID)
+        configuration.log("hubd: serving app \(App.fingerprint) on \(configuration.socketPath) (hub \(hubID))")
+        try loop.serve(listener: listener, wake: wakeRead, stopFD: stopFD, stopRequested: stopRequested)
+        configuration.log("hubd: stopped at seq \(loop.seq); socket \(configuration.socketPath) removed")
+    }
+}

@@ -1,0 +1,33 @@
+import SyncCore
+
+/// How a hub listens and what it tolerates.
+public struct HubConfiguration: Sendable {
+    /// The Unix socket path to listen on.
+    public var socketPath: String
+    /// The largest frame payload a client may send, in bytes (default 1 MiB).
+    public var maxFrameBytes: Int
+    /// The most bytes the hub queues for one replica that is not reading; past it the
+    /// replica is dropped (`slow-consumer`) so it never holds back the others (default 64 MiB).
+    public var maxQueuedBytesPerReplica: Int
+    /// Receives one line per notable event (listening, attach, detach, errors).
+    public var log: @Sendable (String) -> Void
+
+    /// Creates a configuration.
+    ///
+    /// - Parameters:
+    ///   - socketPath: The socket path.
+    ///   - maxFrameBytes: The frame size limit.
+    ///   - maxQueuedBytesPerReplica: The per-replica output limit.
+    ///   - log: The log sink; the default discards.
+    public init(
+        socketPath: String,
+        maxFrameBytes: Int = Frame.defaultMaxPayloadBytes,
+        maxQueuedBytesPerReplica: Int = 64 << 20,
+        log: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
+        self.socketPath = socketPath
+        self.maxFrameBytes = maxFrameBytes
+        self.maxQueuedBytesPerReplica = maxQueuedBytesPerReplica
+        self.log = log
+    }
+}

@@ -1,0 +1,68 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Unbuffered line output to standard output and standard error.
+///
+/// Each call is one `write(2)` of the whole line, so lines from several threads never
+/// interleave, and a reader at the other end of a pipe sees every line as soon as it is
+/// printed (no stdio buffering to flush).
+public enum Console {
+    /// Writes `line` and a newline to standard output.
+    ///
+    /// - Parameter line: The text.
+    public static func out(_ line: String) { writeLine(1, line) }
+
+    /// Writes `line` and a newline to standard error.
+    ///
+    /// - Parameter line: The text.
+    public static func error(_ line: String) { writeLine(2, line) }
+
+    private static func writeLine(_ fd: Int32, _ line: String) {
+        var bytes = Array(line.utf8)
+        bytes.append(UInt8(ascii: "\n"))
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { raw in
+                write(fd, raw.baseAddress.map { $0 + offset }, raw.count - offset)
+            }
+            if n > 0 {
+                offset += n
+            } else if n < 0 && currentErrno() == EINTR {
+                continue
+            } else {
+                return
+            }
+        }
+    }
+}
+
+/// A cursor over command-line arguments, for the executables' small hand-written parsers.
+public struct ArgumentCursor: Sendable {
+    private var remaining: ArraySlice<String>
+
+    /// Starts after the program name.
+    ///
+    /// - Parameter arguments: `CommandLine.arguments`.
+    public init(_ arguments: [String]) { remaining = arguments.dropFirst() }
+
+    /// The next argument, consumed; `nil` at the end.
+    ///
+    /// - Returns: The argument.
+    public mutating func next() -> String? { remaining.popFirst() }
+
+    /// The next argument without consuming it.
+    public var peek: String? { remaining.first }
+
+    /// Every remaining argument, consumed.
+    ///
+    /// - Returns: The arguments.
+    public mutating func rest() -> [String] {
+        defer { remaining = [] }
+        return Array(remaining)
+    }
+}

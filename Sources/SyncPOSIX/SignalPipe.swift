@@ -1,0 +1,55 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Synchronization
+
+/// The write end of the signal pipe, for the async-signal-safe handler (-1 when none).
+private let signalWriteEnd = Atomic<Int32>(-1)
+
+/// Turns SIGINT and SIGTERM into a readable byte on a pipe, so an event loop can poll for them.
+///
+/// The handler does only what is async-signal-safe: an atomic load and one `write`.
+public enum SignalPipe {
+    /// Installs handlers for SIGINT and SIGTERM and returns the pipe's read end.
+    ///
+    /// - Returns: A non-blocking descriptor that becomes readable when a signal arrives;
+    ///   each byte read is a signal number.
+    /// - Throws: ``SystemError`` when the pipe cannot be created.
+    public static func install() throws(SystemError) -> Int32 {
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else { throw SystemError.lastCall("cannot create the signal pipe") }
+        for fd in ends {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            try UnixSocket.setNonBlocking(fd)
+        }
+        signalWriteEnd.store(ends[1], ordering: .sequentiallyConsistent)
+        let handler: @convention(c) (Int32) -> Void = { signal in
+            let fd = signalWriteEnd.load(ordering: .relaxed)
+            guard fd >= 0 else { return }
+            var byte = UInt8(truncatingIfNeeded: signal)
+            _ = write(fd, &byte, 1)
+        }
+        signal(SIGINT, handler)
+        signal(SIGTERM, handler)
+        return ends[0]
+    }
+
+    /// Reads the pending signal numbers from the pipe.
+    ///
+    /// - Parameter fd: The read end from ``install()``.
+    /// - Returns: The signals received since the last call, oldest first.
+    public static func drain(_ fd: Int32) -> [Int32] {
+        var signals: [Int32] = []
+        var buffer = [UInt8](repeating: 0, count: 16)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { break }
+            signals.append(contentsOf: buffer[0..<n].map { Int32($0) })
+        }
+        return signals
+    }
+}

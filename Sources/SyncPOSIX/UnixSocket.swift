@@ -1,0 +1,292 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Unix domain stream sockets through the C library: listen, connect, read, write, close.
+///
+/// Every function takes and returns plain file descriptors; the event loop or the
+/// connection that owns a descriptor is the only one that touches it.
+public enum UnixSocket {
+    /// The result of a non-blocking read or write.
+    public enum IOResult: Sendable, Equatable {
+        /// This many bytes moved (always > 0).
+        case bytes(Int)
+        /// Nothing now; try again when `poll` says so.
+        case wouldBlock
+        /// The peer closed the connection (reads only).
+        case endOfFile
+        /// The call failed with this `errno`.
+        case failed(Int32)
+    }
+
+    /// Binds and listens on `path`, replacing a stale socket file but never a live hub.
+    ///
+    /// The socket's directory is created with mode 0700 if missing; the socket gets mode
+    /// 0600. A socket file nobody accepts on (left by a hub that died) is removed first.
+    ///
+    /// - Parameters:
+    ///   - path: The socket path.
+    ///   - backlog: The `listen` backlog.
+    /// - Returns: The listening descriptor, non-blocking and close-on-exec.
+    /// - Throws: ``SystemError`` when the path is too long, a live hub already listens there,
+    ///   the path is some other kind of file, or a system call fails.
+    public static func listen(at path: String, backlog: Int32 = 128) throws(SystemError) -> Int32 {
+        try SocketPath.validate(path)
+        try SocketPath.prepareDirectory(for: path)
+        var info = stat()
+        if lstat(path, &info) == 0 {
+            guard (info.st_mode & S_IFMT) == S_IFSOCK else {
+                throw SystemError("\(path) exists and is not a socket; refusing to replace it — remove it or choose another --socket path")
+            }
+            switch probe(path) {
+            case .live:
+                throw SystemError("a hub is already listening on \(path); stop it first, or start this one with another --socket path", errno: EADDRINUSE)
+            case .stale:
+                if unlink(path) != 0 && currentErrno() != ENOENT {
+                    throw SystemError.lastCall("cannot remove the stale socket \(path)")
+                }
+            case .failed(let error):
+                throw error
+            }
+        }
+        let fd = try makeSocket()
+        do throws(SystemError) {
+            try withAddress(path) { (address, length) throws(SystemError) in
+                guard bind(fd, address, length) == 0 else {
+                    throw SystemError.lastCall("cannot bind the socket \(path)")
+                }
+            }
+            guard chmod(path, 0o600) == 0 else { throw SystemError.lastCall("cannot set mode 0600 on \(path)") }
+            guard Glibc_listen(fd, backlog) == 0 else { throw SystemError.lastCall("cannot listen on \(path)") }
+            try setNonBlocking(fd)
+            return fd
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+
+    private enum Probe { case live, stale, failed(SystemError) }
+
+    private static func probe(_ path: String) -> Probe {
+        do {
+            let fd = try connect(to: path)
+            close(fd)
+            return .live
+        } catch {
+            if error.errno == ECONNREFUSED || error.errno == ENOENT { return .stale }
+            return .failed(error)
+        }
+    }
+
+    /// Connects to the hub at `path` (blocking).
+    ///
+    /// - Parameter path: The socket path.
+    /// - Returns: The connected descriptor, close-on-exec, in blocking mode.
+    /// - Throws: ``SystemError`` that names the path and says how to start a hub when none listens.
+    public static func connect(to path: String) throws(SystemError) -> Int32 {
+        try SocketPath.validate(path)
+        let fd = try makeSocket()
+        do throws(SystemError) {
+            try withAddress(path) { (address, length) throws(SystemError) in
+                var result: Int32
+                repeat { result = Glibc_connect(fd, address, length) } while result != 0 && currentErrno() == EINTR
+                guard result == 0 else {
+                    let code = currentErrno()
+                    switch code {
+                    case ENOENT, ECONNREFUSED:
+                        throw SystemError("no hub is listening at \(path) (\(SystemError.describe(errno: code).lowercased())); start one with `swift run hubd` (or `hubd --socket \(path)`), or point --socket / $\(SocketPath.environmentVariable) at a running hub", errno: code)
+                    case EACCES:
+                        throw SystemError("permission denied connecting to \(path); the hub's socket is private to the user who started it", errno: code)
+                    default:
+                        throw SystemError("cannot connect to \(path): \(SystemError.describe(errno: code))", errno: code)
+                    }
+                }
+            }
+            return fd
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+
+    /// Accepts one pending connection on a non-blocking listener.
+    ///
+    /// - Parameter listener: The listening descriptor.
+    /// - Returns: The new connection (non-blocking, close-on-exec), `nil` when none is pending.
+    /// - Throws: ``SystemError`` for failures other than "none pending" and transient ones.
+    public static func accept(_ listener: Int32) throws(SystemError) -> Int32? {
+        while true {
+            let fd = Glibc_accept(listener, nil, nil)
+            if fd >= 0 {
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+                try setNonBlocking(fd)
+                #if canImport(Darwin)
+                var on: Int32 = 1
+                setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &on, socklen_t(MemoryLayout<Int32>.size))
+                #endif
+                return fd
+            }
+            switch currentErrno() {
+            case EINTR: continue
+            case EAGAIN, EWOULDBLOCK, ECONNABORTED, EPROTO: return nil
+            default: throw SystemError.lastCall("accept")
+            }
+        }
+    }
+
+    /// Reads what is available into `buffer`.
+    ///
+    /// - Parameters:
+    ///   - fd: The descriptor.
+    ///   - buffer: Where the bytes go.
+    /// - Returns: The outcome.
+    public static func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> IOResult {
+        while true {
+            let n = Glibc_read(fd, buffer.baseAddress, buffer.count)
+            if n > 0 { return .bytes(n) }
+            if n == 0 { return .endOfFile }
+            switch currentErrno() {
+            case EINTR: continue
+            case EAGAIN, EWOULDBLOCK: return .wouldBlock
+            case let code: return .failed(code)
+            }
+        }
+    }
+
+    /// Writes as much of `bytes` as the socket takes now, without raising SIGPIPE.
+    ///
+    /// - Parameters:
+    ///   - fd: The descriptor.
+    ///   - bytes: The bytes.
+    /// - Returns: The outcome.
+    public static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> IOResult {
+        guard bytes.count > 0 else { return .bytes(0) }
+        while true {
+            #if canImport(Darwin)
+            let n = send(fd, bytes.baseAddress, bytes.count, 0)
+            #else
+            let n = send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
+            #endif
+            if n >= 0 { return .bytes(n) }
+            switch currentErrno() {
+            case EINTR: continue
+            case EAGAIN, EWOULDBLOCK: return .wouldBlock
+            case let code: return .failed(code)
+            }
+        }
+    }
+
+    /// Writes all of `bytes` on a blocking descriptor.
+    ///
+    /// - Parameters:
+    ///   - fd: The descriptor.
+    ///   - bytes: The bytes.
+    /// - Throws: ``SystemError`` when the peer is gone or the write fails.
+    public static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) throws(SystemError) {
+        var offset = 0
+        while offset < bytes.count {
+            switch write(fd, UnsafeRawBufferPointer(rebasing: bytes[offset...])) {
+            case .bytes(let n): offset += n
+            case .wouldBlock: _ = waitUntil(fd, writable: true, timeoutMilliseconds: 1000)
+            case .endOfFile: throw SystemError("the hub closed the connection")
+            case .failed(let code):
+                throw SystemError(code == EPIPE || code == ECONNRESET
+                                  ? "the hub closed the connection" : "write failed: \(SystemError.describe(errno: code))",
+                                  errno: code)
+            }
+        }
+    }
+
+    /// Waits until `fd` is readable (or writable), up to a timeout.
+    ///
+    /// - Parameters:
+    ///   - fd: The descriptor.
+    ///   - writable: Wait for writability instead of readability.
+    ///   - timeoutMilliseconds: The longest wait; -1 waits forever.
+    /// - Returns: Whether the descriptor became ready (or hung up) in time.
+    public static func waitUntil(_ fd: Int32, writable: Bool = false, timeoutMilliseconds: Int32) -> Bool {
+        var entry = pollfd(fd: fd, events: Int16(writable ? POLLOUT : POLLIN), revents: 0)
+        while true {
+            let n = poll(&entry, 1, timeoutMilliseconds)
+            if n >= 0 { return n > 0 }
+            if currentErrno() != EINTR { return false }
+        }
+    }
+
+    /// Puts a descriptor in non-blocking mode.
+    ///
+    /// - Parameter fd: The descriptor.
+    /// - Throws: ``SystemError`` when `fcntl` fails.
+    public static func setNonBlocking(_ fd: Int32) throws(SystemError) {
+        let flags = fcntl(fd, F_GETFL)
+        guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
+            throw SystemError.lastCall("cannot make a socket non-blocking")
+        }
+    }
+
+    /// Closes a descriptor, ignoring errors.
+    ///
+    /// - Parameter fd: The descriptor.
+    public static func close(_ fd: Int32) {
+        _ = Glibc_close(fd)
+    }
+
+    /// Stops a process from being killed by SIGPIPE when it writes to a closed socket.
+    public static func ignoreBrokenPipes() {
+        signal(SIGPIPE, SIG_IGN)
+    }
+
+    private static func makeSocket() throws(SystemError) -> Int32 {
+        #if canImport(Darwin)
+        let type = SOCK_STREAM
+        #else
+        let type = Int32(SOCK_STREAM.rawValue)
+        #endif
+        let fd = socket(AF_UNIX, type, 0)
+        guard fd >= 0 else { throw SystemError.lastCall("cannot create a Unix socket") }
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        #if canImport(Darwin)
+        var on: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &on, socklen_t(MemoryLayout<Int32>.size))
+        #endif
+        return fd
+    }
+
+    private static func withAddress<T>(
+        _ path: String,
+        _ body: (UnsafePointer<sockaddr>, socklen_t) throws(SystemError) -> T
+    ) throws(SystemError) -> T {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count <= SocketPath.maxLength else { throw SystemError("socket path too long: \(path)") }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        let length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        return try withUnsafePointer(to: &address) { pointer throws(SystemError) -> T in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { (address) throws(SystemError) -> T in
+                try body(address, length)
+            }
+        }
+    }
+}
+
+// The C library's names, reachable inside `UnixSocket` whose own methods shadow them.
+@inline(__always) private func Glibc_listen(_ fd: Int32, _ backlog: Int32) -> Int32 { listen(fd, backlog) }
+@inline(__always) private func Glibc_connect(_ fd: Int32, _ address: UnsafePointer<sockaddr>, _ length: socklen_t) -> Int32 {
+    connect(fd, address, length)
+}
+@inline(__always) private func Glibc_accept(_ fd: Int32, _ address: UnsafeMutablePointer<sockaddr>?, _ length: UnsafeMutablePointer<socklen_t>?) -> Int32 {
+    accept(fd, address, length)
+}
+@inline(__always) private func Glibc_read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
+    read(fd, buffer, count)
+}
+@inline(__always) private func Glibc_close(_ fd: Int32) -> Int32 { close(fd) }

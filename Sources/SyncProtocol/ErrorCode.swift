@@ -1,0 +1,71 @@
+/// The fixed list of error codes that travel in `reject` and `error` messages.
+///
+/// `reject` (the connection goes on) carries ``badAction`` or ``rejected``; every other
+/// code arrives in an `error` message, after which the hub closes the connection.
+public enum ErrorCode: String, Sendable, CaseIterable, CustomStringConvertible {
+    /// The frame's length is 0, or a message lacks a required member or has one of the wrong type.
+    case badFrame = "bad-frame"
+    /// The frame's length exceeds the hub's maximum (`--max-frame-bytes`).
+    case frameTooLarge = "frame-too-large"
+    /// The payload is not UTF-8 JSON, or not an object with a string `"type"`.
+    case badJSON = "bad-json"
+    /// The message `"type"` is not one the hub knows.
+    case unknownType = "unknown-type"
+    /// `hello.protocol` is not a version the hub speaks.
+    case protocolMismatch = "protocol-mismatch"
+    /// `hello.app` or `hello.fingerprint` differs from the hub's app.
+    case appMismatch = "app-mismatch"
+    /// A `dispatch` arrived before `hello`.
+    case notAttached = "not-attached"
+    /// A second `hello` on an attached connection.
+    case alreadyAttached = "already-attached"
+    /// (`reject`) The action does not decode as an action of the hub's app.
+    case badAction = "bad-action"
+    /// (`reject`) The app's reducer refused the action.
+    case rejected = "rejected"
+    /// The replica did not read its actions fast enough; the hub dropped it rather than wait.
+    case slowConsumer = "slow-consumer"
+    /// The hub is shutting down.
+    case shuttingDown = "shutting-down"
+
+    /// The wire string, e.g. `bad-frame`.
+    public var description: String { rawValue }
+}
+
+/// An error as it travels on the wire: `{"code":"…","message":"…"}`.
+public struct WireError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The code; an unknown code from a newer hub is kept as text in ``rawCode``.
+    public let code: ErrorCode?
+    /// The code as sent.
+    public let rawCode: String
+    /// What happened and what to do, for a person.
+    public let message: String
+
+    /// Creates an error.
+    ///
+    /// - Parameters:
+    ///   - code: The code.
+    ///   - message: What happened and what to do.
+    public init(_ code: ErrorCode, _ message: String) {
+        self.code = code
+        self.rawCode = code.rawValue
+        self.message = message
+    }
+
+    /// Creates an error from its wire fields.
+    ///
+    /// - Parameters:
+    ///   - rawCode: The code as sent.
+    ///   - message: The message.
+    public init(rawCode: String, message: String) {
+        self.code = ErrorCode(rawValue: rawCode)
+        self.rawCode = rawCode
+        self.message = message
+    }
+
+    /// `code: message`.
+    public var description: String { "\(rawCode): \(message)" }
+
+    /// The wire form.
+    public var json: JSON { ["code": .string(rawCode), "message": .string(message)] }
+}
