@@ -202,6 +202,24 @@ public enum UnixSocket {
         }
     }
 
+    /// Writes all of `bytes` on a blocking descriptor.
+    ///
+    /// - Parameters:
+    ///   - fd: The descriptor.
+    ///   - bytes: The bytes.
+    /// - Throws: ``SystemError`` when the peer is gone or the write fails.
+    public static func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws(SystemError) {
+        let result: Result<Void, SystemError> = bytes.withUnsafeBytes { raw in
+            do throws(SystemError) {
+                try writeAll(fd, raw)
+                return .success(())
+            } catch {
+                return .failure(error)
+            }
+        }
+        try result.get()
+    }
+
     /// Waits until `fd` is readable (or writable), up to a timeout.
     ///
     /// - Parameters:

@@ -1,0 +1,116 @@
+import SyncCore
+import SyncPOSIX
+
+/// A blocking, framed connection to a hub: the first step of attaching, and enough for
+/// one-shot questions such as `status`.
+///
+/// Not thread-safe: one owner at a time. ``Replica`` takes it over to attach.
+public final class HubConnection {
+    /// The socket path.
+    public let path: String
+    let fd: Int32
+    var decoder = FrameDecoder(maxPayloadBytes: Int(UInt32.max))
+    private var open = true
+
+    /// Connects to the hub at `path`.
+    ///
+    /// - Parameter path: The socket path.
+    /// - Throws: ``ReplicaError/noHub(_:)`` naming the path and how to start a hub.
+    public init(path: String) throws(ReplicaError) {
+        UnixSocket.ignoreBrokenPipes()
+        do {
+            fd = try UnixSocket.connect(to: path)
+        } catch {
+            throw .noHub(error.message)
+        }
+        self.path = path
+    }
+
+    deinit { close() }
+
+    /// Closes the connection (idempotent).
+    public func close() {
+        guard open else { return }
+        open = false
+        UnixSocket.close(fd)
+    }
+
+    /// Gives up ownership of the descriptor without closing it.
+    func detachDescriptor() -> Int32 {
+        open = false
+        return fd
+    }
+
+    /// Sends one message.
+    ///
+    /// - Parameter message: The message.
+    /// - Throws: ``ReplicaError/disconnected(_:)`` when the hub has gone.
+    public func send(_ message: ClientMessage) throws(ReplicaError) {
+        let frame = Frame.encode(message)
+        do throws(SystemError) {
+            try UnixSocket.writeAll(fd, frame)
+        } catch {
+            throw .disconnected(error.message)
+        }
+    }
+
+    /// Waits for the next message from the hub.
+    ///
+    /// - Parameter timeoutMilliseconds: The longest wait (-1: forever).
+    /// - Returns: The message.
+    /// - Throws: ``ReplicaError`` when the hub closes, times out, or sends something malformed.
+    public func receive(timeoutMilliseconds: Int32 = 10_000) throws(ReplicaError) -> HubMessage {
+        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let frame: [UInt8]?
+            do {
+                frame = try decoder.nextFrame()
+            } catch {
+                throw .protocolViolation(error.description)
+            }
+            if let frame {
+                let json: JSON
+                do { json = try JSON(parsing: frame) } catch { throw .protocolViolation(error.description) }
+                do { return try HubMessage(json: json) } catch { throw .protocolViolation(error.message) }
+            }
+            guard UnixSocket.waitUntil(fd, timeoutMilliseconds: timeoutMilliseconds) else {
+                throw .disconnected("no answer from the hub at \(path) within \(timeoutMilliseconds) ms; is it a StoreSync hub?")
+            }
+            let result = buffer.withUnsafeMutableBytes { UnixSocket.read(fd, into: $0) }
+            switch result {
+            case .bytes(let count):
+                buffer.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+            case .wouldBlock:
+                continue
+            case .endOfFile:
+                throw .disconnected("the hub at \(path) closed the connection")
+            case .failed(let code):
+                throw .disconnected("reading from \(path): \(SystemError.describe(errno: code))")
+            }
+        }
+    }
+
+    /// Asks the hub for its status.
+    ///
+    /// - Returns: The status.
+    /// - Throws: ``ReplicaError`` when the hub cannot be asked or answers with an error.
+    public func status() throws(ReplicaError) -> HubStatus {
+        try send(.status)
+        switch try receive() {
+        case .status(let status): return status
+        case .error(let error): throw .hub(error)
+        default: throw .protocolViolation("expected a status message")
+        }
+    }
+
+    /// Connects, asks for the status, and closes.
+    ///
+    /// - Parameter path: The socket path.
+    /// - Returns: The hub's status.
+    /// - Throws: ``ReplicaError`` when no hub answers.
+    public static func status(at path: String) throws(ReplicaError) -> HubStatus {
+        let connection = try HubConnection(path: path)
+        defer { connection.close() }
+        return try connection.status()
+    }
+}

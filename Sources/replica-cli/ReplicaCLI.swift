@@ -1,0 +1,206 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import BuiltinApps
+import StoreReplica
+import SyncCore
+import SyncPOSIX
+
+let usage = """
+    replica-cli — a StoreSync replica in a terminal: attach to a hub, dispatch, read state, watch.
+
+    USAGE: replica-cli [OPTIONS] COMMAND [ARGUMENTS]
+
+    COMMANDS:
+      attach                 Interactive replica. Each line read from stdin is an action (JSON
+                             or the app's shorthand, see below) or a command: :state, :digest,
+                             :status, :help, :quit. Every sequenced action is printed as
+                             "#SEQ from replica N: ACTION" ("(you)" marks this replica's own).
+                             Ends at end of input or :quit (exit 0), or when the hub goes (exit 1).
+      dispatch ACTION…       Send each ACTION (one argument each: JSON or shorthand) in order,
+                             print the seq the hub gave it, one per line, and exit 0. On a
+                             refusal print "replica-cli: CODE: MESSAGE" to stderr and exit 1
+                             without sending the rest.
+      state [--pointer P]    Print the current state as one line of JSON (the value at RFC 6901
+                             pointer P with --pointer) and exit. With --json print
+                             {"digest":…,"seq":…,"state":…}; the digest is always of the whole state.
+      watch                  Print every sequenced action as one JSON line (NDJSON):
+                             {"action":…,"id":…,"origin":…,"seq":…}, until interrupted.
+      status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
+                             attached replicas). With --json print the hub's status message.
+
+    OPTIONS:
+      --socket PATH          The hub's socket. Default: $STORESYNC_SOCKET, else
+                             $XDG_RUNTIME_DIR/storesync/hub.sock, else ${TMPDIR:-/tmp}/storesync-UID/hub.sock.
+      --app NAME             The app to run (counter, todos, json). Default: the hub's app,
+                             taken from its status.
+      --name NAME            This replica's name in the hub's status and logs.
+      --json                 Machine-readable output for state and status.
+      --pointer P            With state: print only the value at JSON Pointer P.
+      -h, --help             Print this help and exit.
+
+    SHORTHAND (besides JSON actions such as {"type":"increment"}):
+    counter:
+    \(CounterApp.commandHelp)
+    todos:
+    \(TodosApp.commandHelp)
+    json:
+    \(JSONApp.commandHelp)
+
+    Exit status: 0 success; 1 no hub, refused action or lost connection (one line on stderr);
+    2 bad usage.
+    """
+
+struct Options {
+    var socket: String?
+    var app: String?
+    var name: String?
+    var json = false
+    var pointer: String?
+    var command: String?
+    var arguments: [String] = []
+}
+
+func fail(_ message: String, status: Int32 = 1) -> Never {
+    Console.error("replica-cli: \(message)")
+    exit(status)
+}
+
+func parseOptions() -> Options {
+    var options = Options()
+    var cursor = ArgumentCursor(CommandLine.arguments)
+    func value(_ flag: String) -> String {
+        guard let next = cursor.next() else { fail("\(flag) needs a value; see replica-cli --help", status: 2) }
+        return next
+    }
+    while let argument = cursor.next() {
+        switch argument {
+        case "-h", "--help":
+            Console.out(usage)
+            exit(0)
+        case "--socket": options.socket = value(argument)
+        case "--app": options.app = value(argument)
+        case "--name": options.name = value(argument)
+        case "--pointer": options.pointer = value(argument)
+        case "--json": options.json = true
+        case "--":
+            options.arguments.append(contentsOf: cursor.rest())
+        default:
+            if argument.hasPrefix("--") && options.command != "dispatch" {
+                fail("unknown option \"\(argument)\"; see replica-cli --help", status: 2)
+            }
+            if options.command == nil { options.command = argument } else { options.arguments.append(argument) }
+        }
+    }
+    return options
+}
+
+@main
+struct ReplicaCLI {
+    static func main() async {
+        let options = parseOptions()
+        guard let command = options.command else {
+            fail("missing command (attach, dispatch, state, watch or status); see replica-cli --help", status: 2)
+        }
+        guard ["attach", "dispatch", "state", "watch", "status"].contains(command) else {
+            fail("unknown command \"\(command)\"; the commands are attach, dispatch, state, watch and status", status: 2)
+        }
+        if command == "dispatch" && options.arguments.isEmpty {
+            fail("dispatch needs at least one ACTION, e.g. replica-cli dispatch '{\"type\":\"increment\"}'", status: 2)
+        }
+        let path = SocketPath.resolve(explicit: options.socket)
+        do throws(ReplicaError) {
+            let connection = try HubConnection(path: path)
+            var appName = options.app
+            if command == "status" || appName == nil {
+                let status = try connection.status()
+                if command == "status" {
+                    printStatus(status, json: options.json)
+                    return
+                }
+                appName = status.app
+            }
+            guard let name = appName, let app = BuiltinApps.app(named: name) else {
+                fail("unknown app \"\(appName ?? "")\"; replica-cli knows \(BuiltinApps.names)", status: options.app == nil ? 1 : 2)
+            }
+            try await run(app, over: connection, command: command, options: options)
+        } catch {
+            fail(error.description)
+        }
+    }
+
+    static func printStatus(_ status: HubStatus, json: Bool) {
+        if json {
+            Console.out(HubMessage.status(status).json.canonicalString)
+            return
+        }
+        let replicas = status.replicas.map { $0.name.isEmpty ? "\($0.replica)" : "\($0.replica) (\($0.name))" }
+        Console.out("""
+            hub          \(status.hub)
+            app          \(status.app) (\(status.fingerprint))
+            protocol     \(status.protocolVersion)
+            seq          \(status.seq)
+            digest       \(status.digest)
+            replicas     \(replicas.isEmpty ? "none" : replicas.joined(separator: ", "))
+            """)
+    }
+
+    static func run<App: SyncApp>(_ app: App, over connection: HubConnection, command: String,
+                                  options: Options) async throws(ReplicaError) {
+        let replica = try Replica.attach(app: app, over: connection, name: options.name)
+        defer { replica.close() }
+        switch command {
+        case "state":
+            try printState(replica, options: options)
+        case "dispatch":
+            for argument in options.arguments {
+                let json = try wireAction(app, argument)
+                let seq = try await replica.dispatch(json: json)
+                Console.out("\(seq)")
+            }
+        case "watch":
+            let token = replica.observeEvents { event in
+                if case .action(let seq, let origin, let id, _, let json) = event {
+                    Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": json]).canonicalString)
+                }
+            }
+            let reason = await replica.waitUntilDisconnected()
+            token.cancel()
+            fail(reason.description)
+        default:
+            await Interactive(replica: replica).run()
+        }
+    }
+
+    static func wireAction<App: SyncApp>(_ app: App, _ text: String) throws(ReplicaError) -> JSON {
+        do {
+            switch try app.command(text) {
+            case .action(let json): return json
+            case .local:
+                fail("\"\(text)\" runs locally and only in attach mode; use replica-cli attach", status: 2)
+            }
+        } catch {
+            fail("\(text): \(error.message)", status: 2)
+        }
+    }
+
+    static func printState<App: SyncApp>(_ replica: Replica<App>, options: Options) throws(ReplicaError) {
+        let whole = replica.app.encodeState(replica.store.state)
+        var shown = whole
+        if let pointerText = options.pointer {
+            let pointer: JSONPointer
+            do { pointer = try JSONPointer(pointerText) } catch { fail(error.description, status: 2) }
+            guard let value = whole.value(at: pointer) else { fail("no value at \(pointerText) in the state") }
+            shown = value
+        }
+        if options.json {
+            Console.out(JSON.object(["seq": JSON(replica.seq), "digest": .string(Digest.of(whole)), "state": shown]).canonicalString)
+        } else {
+            Console.out(shown.canonicalString)
+        }
+    }
+}
