@@ -44,6 +44,8 @@ public final class Replica<App: SyncApp>: Sendable {
     public let socketPath: String
 
     private let upstream: Upstream
+    /// Bytes read past the welcome; taken by the reader when it starts.
+    private let pendingDecoder: Mutex<FrameDecoder?>
     private let shared: Mutex<Shared>
     private let lastSeq: Atomic<UInt64>
     private let finished = Atomic<Bool>(false)
@@ -64,16 +66,19 @@ public final class Replica<App: SyncApp>: Sendable {
     ///   - socketPath: The hub's socket; `nil` resolves the default (see ``SocketPath/resolve(explicit:)``).
     ///   - name: A name for this replica in the hub's status and logs.
     ///   - middleware: Local middleware, outermost first; thunks need ``Middleware/thunk`` (the default).
+    ///   - startReading: Start applying the hub's actions right away (the default). Pass
+    ///     `false` to register observers first, then call ``startReading()``: no event is missed.
     /// - Returns: The attached replica.
     /// - Throws: ``ReplicaError`` when there is no hub, or the hub refuses (e.g. `app-mismatch`).
     public static func attach(
         app: App,
         socketPath: String? = nil,
         name: String? = nil,
-        middleware: [Middleware<App.State, App.Action>] = [.thunk]
+        middleware: [Middleware<App.State, App.Action>] = [.thunk],
+        startReading: Bool = true
     ) throws(ReplicaError) -> Replica {
         let connection = try HubConnection(path: SocketPath.resolve(explicit: socketPath))
-        return try attach(app: app, over: connection, name: name, middleware: middleware)
+        return try attach(app: app, over: connection, name: name, middleware: middleware, startReading: startReading)
     }
 
     /// Attaches over a connection already open (e.g. after asking it for `status`).
@@ -83,13 +88,15 @@ public final class Replica<App: SyncApp>: Sendable {
     ///   - connection: An open connection; the replica takes it over.
     ///   - name: A name for this replica.
     ///   - middleware: Local middleware, outermost first.
+    ///   - startReading: Start applying the hub's actions right away; see ``startReading()``.
     /// - Returns: The attached replica.
     /// - Throws: ``ReplicaError`` when the hub refuses or the welcome does not decode.
     public static func attach(
         app: App,
         over connection: HubConnection,
         name: String? = nil,
-        middleware: [Middleware<App.State, App.Action>] = [.thunk]
+        middleware: [Middleware<App.State, App.Action>] = [.thunk],
+        startReading: Bool = true
     ) throws(ReplicaError) -> Replica {
         try connection.send(.hello(protocolVersion: syncProtocolVersion, app: App.name,
                                    fingerprint: App.fingerprint, name: name))
@@ -109,7 +116,7 @@ public final class Replica<App: SyncApp>: Sendable {
         }
         let replicaObject = Replica(app: app, connection: connection, state: state, replica: replica, hub: hub,
                                     seq: seq, middleware: middleware)
-        replicaObject.startReader(decoder: connection.decoder)
+        if startReading { replicaObject.startReading() }
         return replicaObject
     }
 
@@ -123,6 +130,7 @@ public final class Replica<App: SyncApp>: Sendable {
         self.welcomeSeq = seq
         self.socketPath = connection.path
         self.lastSeq = Atomic(seq)
+        self.pendingDecoder = Mutex(connection.decoder)
         self.shared = Mutex(Shared())
         self.store = Store(
             initialState: state, reducer: app, enhancer: .applyMiddleware(middleware), history: nil, onError: nil,
@@ -277,11 +285,21 @@ public final class Replica<App: SyncApp>: Sendable {
     public func close() {
         upstream.fail("the replica was closed")
         _ = Glibc_shutdown(upstream.fd)
+        // A reader that never started now starts, reads end-of-file, and cleans up.
+        startReading()
     }
 
     // MARK: - Reader
 
-    private func startReader(decoder: FrameDecoder) {
+    /// Starts applying the hub's actions (once; later calls do nothing).
+    ///
+    /// Only needed after `attach(…, startReading: false)`. Actions the hub sequenced in the
+    /// meantime wait in the socket and are applied, and reported to observers, in order.
+    public func startReading() {
+        guard let decoder = pendingDecoder.withLock({ value -> FrameDecoder? in
+            defer { value = nil }
+            return value
+        }) else { return }
         let thread = Thread { [self] in
             let reason = self.readLoop(decoder: decoder)
             self.finish(reason)

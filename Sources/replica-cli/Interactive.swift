@@ -12,23 +12,41 @@ import SyncPOSIX
 /// `replica-cli attach`: read lines, dispatch, print what the hub sequences.
 struct Interactive<App: SyncApp> {
     let replica: Replica<App>
+    /// Machine-readable output: every line one JSON object.
+    let json: Bool
 
     func run() async {
         let me = replica.replicaID
         let app = replica.app
-        Console.out("attached to hub \(replica.hubID) as replica \(me) — app \(App.fingerprint), seq \(replica.welcomeSeq), digest \(app.digest(of: replica.store.state)); type :help")
+        let json = self.json
+        if json {
+            Console.out(JSON.object(["type": "attached", "hub": .string(replica.hubID), "replica": JSON(me),
+                                     "app": .string(App.fingerprint), "seq": JSON(replica.welcomeSeq),
+                                     "digest": .string(app.digest(of: replica.store.state))]).canonicalString)
+        } else {
+            Console.out("attached to hub \(replica.hubID) as replica \(me) — app \(App.fingerprint), seq \(replica.welcomeSeq), digest \(app.digest(of: replica.store.state)); type :help")
+        }
         let token = replica.observeEvents { event in
             switch event {
-            case .action(let seq, let origin, _, _, let json):
-                Console.out("#\(seq) from replica \(origin)\(origin == me ? " (you)" : ""): \(json.canonicalString)")
+            case .action(let seq, let origin, let id, _, let action):
+                if json {
+                    Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
+                } else {
+                    Console.out("#\(seq) from replica \(origin)\(origin == me ? " (you)" : ""): \(action.canonicalString)")
+                }
             case .rejected(let id, let error):
-                Console.out("rejected \(id): \(error.rawCode): \(error.message)")
+                if json {
+                    Console.out(JSON.object(["type": "rejected", "id": id.json, "error": error.json]).canonicalString)
+                } else {
+                    Console.out("rejected \(id): \(error.rawCode): \(error.message)")
+                }
             case .disconnected(let reason):
                 Console.error("replica-cli: \(reason.description)")
                 exit(1)
             }
         }
         defer { token.cancel() }
+        replica.startReading()
         while let line = readLine(strippingNewline: true) {
             let trimmed = line.trimmingSpaces
             if trimmed.isEmpty { continue }
@@ -40,7 +58,14 @@ struct Interactive<App: SyncApp> {
             case ":state":
                 Console.out(app.encodeState(replica.store.state).prettyString)
             case ":digest":
-                Console.out("seq \(replica.seq) digest \(app.digest(of: replica.store.state))")
+                // Settle first: everything sequenced before the hub answers is applied here.
+                do { try await replica.sync() } catch { Console.error("replica-cli: \(error.description)"); exit(1) }
+                let digest = app.digest(of: replica.store.state)
+                if json {
+                    Console.out(JSON.object(["type": "digest", "seq": JSON(replica.seq), "digest": .string(digest)]).canonicalString)
+                } else {
+                    Console.out("seq \(replica.seq) digest \(digest)")
+                }
             case ":status":
                 do {
                     let status = try await replica.status()
@@ -61,16 +86,24 @@ struct Interactive<App: SyncApp> {
         do {
             command = try replica.app.command(line)
         } catch {
-            Console.out("error: \(error.message) (:help lists the commands)")
+            if json {
+                Console.out(JSON.object(["type": "error", "error": ["code": "bad-command", "message": .string(error.message)]]).canonicalString)
+            } else {
+                Console.out("error: \(error.message) (:help lists the commands)")
+            }
             return
         }
         switch command {
-        case .action(let json):
+        case .action(let wire):
             do {
-                let action = try replica.app.decodeAction(json)
+                let action = try replica.app.decodeAction(wire)
                 replica.store.dispatch(action)
             } catch {
-                Console.out("bad-action: \(error.message)")
+                if json {
+                    Console.out(JSON.object(["type": "error", "error": WireError(.badAction, error.message).json]).canonicalString)
+                } else {
+                    Console.out("bad-action: \(error.message)")
+                }
             }
         case .local(let thunk):
             replica.store.dispatch(thunk)

@@ -21,6 +21,14 @@ let usage = """
                              :status, :help, :quit. Every sequenced action is printed as
                              "#SEQ from replica N: ACTION" ("(you)" marks this replica's own).
                              Ends at end of input or :quit (exit 0), or when the hub goes (exit 1).
+                             Each line is dispatched and acknowledged before the next is read,
+                             so a later line (such as a thunk) sees the effect of earlier ones.
+                             :digest first waits for everything sequenced so far, then prints
+                             "seq N digest D". With --json every output line is one JSON object:
+                             {"type":"attached","app":…,"digest":…,"hub":…,"replica":…,"seq":…}
+                             first, then each action as in watch, {"type":"rejected","id":…,
+                             "error":{…}}, {"type":"error","error":{…}} for a line that is not
+                             an action, and {"type":"digest","digest":…,"seq":…} for :digest.
       dispatch ACTION…       Send each ACTION (one argument each: JSON or shorthand) in order,
                              print the seq the hub gave it, one per line, and exit 0. On a
                              refusal print "replica-cli: CODE: MESSAGE" to stderr and exit 1
@@ -39,7 +47,7 @@ let usage = """
       --app NAME             The app to run (counter, todos, json). Default: the hub's app,
                              taken from its status.
       --name NAME            This replica's name in the hub's status and logs.
-      --json                 Machine-readable output for state and status.
+      --json                 Machine-readable output for attach, state and status.
       --pointer P            With state: print only the value at JSON Pointer P.
       -h, --help             Print this help and exit.
 
@@ -151,12 +159,14 @@ struct ReplicaCLI {
 
     static func run<App: SyncApp>(_ app: App, over connection: HubConnection, command: String,
                                   options: Options) async throws(ReplicaError) {
-        let replica = try Replica.attach(app: app, over: connection, name: options.name)
+        // Observers go in before reading starts, so no sequenced action is missed.
+        let replica = try Replica.attach(app: app, over: connection, name: options.name, startReading: false)
         defer { replica.close() }
         switch command {
         case "state":
             try printState(replica, options: options)
         case "dispatch":
+            replica.startReading()
             for argument in options.arguments {
                 let json = try wireAction(app, argument)
                 let seq = try await replica.dispatch(json: json)
@@ -168,11 +178,12 @@ struct ReplicaCLI {
                     Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": json]).canonicalString)
                 }
             }
+            replica.startReading()
             let reason = await replica.waitUntilDisconnected()
             token.cancel()
             fail(reason.description)
         default:
-            await Interactive(replica: replica).run()
+            await Interactive(replica: replica, json: options.json).run()
         }
     }
 

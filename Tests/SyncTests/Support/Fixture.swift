@@ -1,0 +1,121 @@
+import Foundation
+import SyncPOSIX
+import SyncProtocol
+import Synchronization
+
+/// A temporary directory for one test's socket, and every child process the test starts.
+///
+/// `shutdown()` (call it in a `defer`) kills every child still running with SIGKILL, by
+/// PID, and removes the directory, whether the test passed or failed.
+final class Fixture: Sendable {
+    let directory: String
+    let socket: String
+    private let children = Mutex<[ChildProcess]>([])
+
+    init() throws {
+        // Writing to a child that was killed must fail with EPIPE, not kill the test runner.
+        UnixSocket.ignoreBrokenPipes()
+        var template = Array("/tmp/sst-XXXXXX".utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ buffer -> UnsafeMutablePointer<CChar>? in
+            guard let base = buffer.baseAddress else { return nil }
+            return mkdtemp(base)
+        }) else {
+            throw HarnessError("mkdtemp failed")
+        }
+        directory = String(cString: made)
+        socket = directory + "/hub.sock"
+    }
+
+    /// Starts `hubd` on this fixture's socket and waits until it accepts connections.
+    @discardableResult
+    func startHub(app: String = "json", extra: [String] = []) async throws -> ChildProcess {
+        let hub = try spawn("hubd", ["--socket", socket, "--app", app] + extra)
+        try await waitUntil("hubd to listen on \(socket); stderr: \(hub.errorLines)") {
+            guard hub.isRunning else { throw HarnessError("hubd exited: \(hub.errorLines)") }
+            return (try? HubStatusProbe.status(socket)) != nil
+        }
+        return hub
+    }
+
+    /// Starts an executable with `--socket` pointing at this fixture.
+    func spawn(_ executable: String, _ arguments: [String], name: String? = nil) throws -> ChildProcess {
+        let child = try ChildProcess(executable, arguments, name: name)
+        children.withLock { $0.append(child) }
+        return child
+    }
+
+    /// Starts `replica-cli` with this fixture's socket.
+    func cli(_ arguments: [String], name: String? = nil) throws -> ChildProcess {
+        try spawn("replica-cli", ["--socket", socket] + arguments, name: name)
+    }
+
+    /// Runs `replica-cli` to completion and returns (status, stdout lines, stderr lines).
+    func runCLI(_ arguments: [String]) async throws -> (status: Int32, out: [String], err: [String]) {
+        let child = try cli(arguments)
+        child.closeInput()
+        let status = try await child.waitForExit()
+        // The reader threads may still be draining the pipes right after exit.
+        try await waitUntil("output of replica-cli to drain", timeout: .seconds(5)) { true }
+        return (status, child.lines, child.errorLines)
+    }
+
+    /// Kills every child still running and removes the temporary directory.
+    func shutdown() {
+        for child in children.withLock({ $0 }) where child.isRunning {
+            child.signal(SIGKILL)
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// Asks a hub for its status over a raw connection (no replica-cli).
+enum HubStatusProbe {
+    static func status(_ path: String) throws -> HubStatus {
+        let client = try RawClient(path: path)
+        defer { client.close() }
+        try client.send(["type": "status"])
+        guard case .status(let status) = try HubMessage(json: try client.receive()) else {
+            throw HarnessError("expected status")
+        }
+        return status
+    }
+}
+
+/// A protocol client written against docs/PROTOCOL.md with raw bytes, for fault injection.
+final class RawClient {
+    let fd: Int32
+    private var decoder = FrameDecoder(maxPayloadBytes: 64 << 20)
+
+    init(path: String) throws {
+        fd = try UnixSocket.connect(to: path)
+    }
+
+    func close() { UnixSocket.close(fd) }
+
+    func send(_ json: JSON) throws { try sendBytes(Frame.encode(json)) }
+
+    func sendBytes(_ bytes: [UInt8]) throws {
+        try UnixSocket.writeAll(fd, bytes)
+    }
+
+    /// The next message, or `nil` at end of file.
+    func receiveOrEOF(timeoutMilliseconds: Int32 = 10_000) throws -> JSON? {
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            if let frame = try decoder.nextFrame() { return try JSON(parsing: frame) }
+            guard UnixSocket.waitUntil(fd, timeoutMilliseconds: timeoutMilliseconds) else {
+                throw HarnessError("no message within \(timeoutMilliseconds) ms")
+            }
+            switch buffer.withUnsafeMutableBytes({ UnixSocket.read(fd, into: $0) }) {
+            case .bytes(let n): buffer.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            case .wouldBlock: continue
+            case .endOfFile, .failed: return nil
+            }
+        }
+    }
+
+    func receive() throws -> JSON {
+        guard let message = try receiveOrEOF() else { throw HarnessError("the hub closed the connection") }
+        return message
+    }
+}
