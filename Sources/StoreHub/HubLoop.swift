@@ -125,7 +125,12 @@ final class HubLoop<App: SyncApp> {
             connection.decoder.append(UnsafeRawBufferPointer(rebasing: readBuffer[0..<count]))
         case .wouldBlock:
             return
-        case .endOfFile, .failed:
+        case .endOfFile:
+            // The client is done sending (closed, or half-closed with SHUT_WR): it gets what
+            // is already queued for it, such as the acks of its last dispatches, then a close.
+            finishAfterFlush(connection)
+            return
+        case .failed:
             drop(connection, reason: "disconnected")
             return
         }
@@ -261,8 +266,9 @@ final class HubLoop<App: SyncApp> {
         for connection in Array(connections.values) where connection.pendingBytes > 0 {
             write(connection)
             if connection.closeBy == nil, connection.pendingBytes > configuration.maxQueuedBytesPerReplica {
-                configuration.log("hubd: dropping \(label(connection)): \(connection.pendingBytes) bytes unread (slow-consumer)")
-                drop(connection, reason: "slow consumer")
+                // No more broadcasts; the error follows what is queued, and the close comes
+                // when that is written or after 2 s, whichever is first.
+                fail(connection, WireError(.slowConsumer, "\(connection.pendingBytes) bytes were waiting for this replica, more than this hub's limit of \(configuration.maxQueuedBytesPerReplica) (--max-queue-bytes); read faster, or attach again to resync"))
             }
         }
     }
@@ -305,6 +311,15 @@ final class HubLoop<App: SyncApp> {
         attached.removeAll { $0 === connection }
     }
 
+    /// Stops broadcasting to a client that finished sending and closes it once its queue is written.
+    private func finishAfterFlush(_ connection: Connection) {
+        if connection.replica != nil {
+            configuration.log("hubd: \(label(connection)) disconnected")
+        }
+        detach(connection)
+        connection.closeBy = .now + .seconds(2)
+    }
+
     private func drop(_ connection: Connection, reason: String) {
         if connection.replica != nil, connection.closeBy == nil {
             configuration.log("hubd: \(label(connection)) \(reason)")
@@ -324,11 +339,15 @@ final class HubLoop<App: SyncApp> {
         return connection.name.isEmpty ? "replica \(replica)" : "replica \(replica) (\(connection.name))"
     }
 
-    /// Stop accepting, remove the socket, flush queued frames (up to 2 s), close everything.
+    /// Stop accepting, remove the socket, flush queued frames then `shutting-down` (up to 2 s),
+    /// close everything.
     private func shutdown(listener: Int32) {
         UnixSocket.close(listener)
         unlink(configuration.socketPath)
         flushBatch()
+        for connection in connections.values where connection.closeBy == nil {
+            connection.out.append(contentsOf: Frame.encode(.error(WireError(.shuttingDown, "the hub is shutting down at seq \(seq); attach again when it is back"))))
+        }
         let deadline = ContinuousClock.now + .seconds(2)
         while ContinuousClock.now < deadline {
             let pending = connections.values.filter { $0.pendingBytes > 0 }

@@ -35,7 +35,20 @@ public enum SignalPipe {
         }
         signal(SIGINT, handler)
         signal(SIGTERM, handler)
+        unblockTerminationSignals()
         return ends[0]
+    }
+
+    /// Unblocks SIGINT and SIGTERM on the calling thread (and threads it starts later).
+    ///
+    /// A process inherits its parent's signal mask; a supervisor or test runner that had
+    /// them blocked would otherwise leave the process deaf to them.
+    public static func unblockTerminationSignals() {
+        var unblock = sigset_t()
+        sigemptyset(&unblock)
+        sigaddset(&unblock, SIGINT)
+        sigaddset(&unblock, SIGTERM)
+        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
     }
 
     /// Reads the pending signal numbers from the pipe.

@@ -110,6 +110,7 @@ func parseOptions() -> Options {
 @main
 struct ReplicaCLI {
     static func main() async {
+        SignalPipe.unblockTerminationSignals()
         let options = parseOptions()
         guard let command = options.command else {
             fail("missing command (attach, dispatch, state, watch or status); see replica-cli --help", status: 2)

@@ -83,6 +83,7 @@ final class ChildProcess: Sendable {
                 }
             }
             if !pending.isEmpty { sink.append(String(decoding: pending, as: UTF8.self)) }
+            sink.finished.store(true, ordering: .releasing)
         }
         thread.start()
     }
@@ -107,6 +108,10 @@ final class ChildProcess: Sendable {
     @discardableResult
     func waitForExit(timeout: Duration = .seconds(30)) async throws -> Int32 {
         try await waitUntil("\(name) to exit", timeout: timeout) { !process.isRunning }
+        // The reader threads may still be draining the pipes right after the exit.
+        try await waitUntil("\(name)'s output to end", timeout: .seconds(10)) {
+            output.finished.load(ordering: .acquiring) && errors.finished.load(ordering: .acquiring)
+        }
         return process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
     }
 
@@ -133,6 +138,8 @@ final class ChildProcess: Sendable {
 /// Lines captured from one output stream, shared with the thread that reads them.
 final class Lines: Sendable {
     private let storage = Mutex<[String]>([])
+    /// Set when the stream reached end of file and every line is in.
+    let finished = Atomic<Bool>(false)
     func append(_ line: String) { storage.withLock { $0.append(line) } }
     func withLock<T>(_ body: (inout [String]) -> T) -> T { storage.withLock { body(&$0) } }
 }

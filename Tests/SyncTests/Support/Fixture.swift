@@ -1,4 +1,9 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import SyncPOSIX
 import SyncProtocol
 import Synchronization
@@ -54,8 +59,6 @@ final class Fixture: Sendable {
         let child = try cli(arguments)
         child.closeInput()
         let status = try await child.waitForExit()
-        // The reader threads may still be draining the pipes right after exit.
-        try await waitUntil("output of replica-cli to drain", timeout: .seconds(5)) { true }
         return (status, child.lines, child.errorLines)
     }
 
@@ -91,6 +94,15 @@ final class RawClient {
     }
 
     func close() { UnixSocket.close(fd) }
+
+    /// Half-closes: the hub reads end-of-file, this side can still read.
+    func shutdownWrite() {
+        #if canImport(Darwin)
+        _ = Darwin.shutdown(fd, SHUT_WR)
+        #else
+        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+        #endif
+    }
 
     func send(_ json: JSON) throws { try sendBytes(Frame.encode(json)) }
 

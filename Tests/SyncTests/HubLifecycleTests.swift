@@ -1,0 +1,134 @@
+import Foundation
+import SyncProtocol
+import Testing
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+extension MultiProcessTests {
+    @Suite("hubd lifecycle and replica-cli errors")
+    struct Lifecycle {
+        @Test("hubd refuses to start over a live hub, which keeps serving")
+        func refusesLiveHub() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let first = try await fixture.startHub()
+            let second = try fixture.spawn("hubd", ["--socket", fixture.socket])
+            #expect(try await second.waitForExit() == 1)
+            #expect(second.errorLines.contains { $0.contains("already listening on \(fixture.socket)") })
+            #expect(first.isRunning)
+            #expect(try HubStatusProbe.status(fixture.socket).app == "json")
+        }
+
+        @Test("hubd replaces the stale socket a killed hub left behind")
+        func replacesStaleSocket() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let dead = try await fixture.startHub()
+            dead.signal(SIGKILL)
+            try await dead.waitForExit()
+            #expect(FileManager.default.fileExists(atPath: fixture.socket), "SIGKILL leaves the socket file")
+            try await fixture.startHub(app: "counter")
+            #expect(try HubStatusProbe.status(fixture.socket).app == "counter")
+        }
+
+        @Test("SIGTERM and SIGINT stop hubd cleanly: exit 0, socket removed", arguments: [SIGTERM, SIGINT])
+        func signalStops(signal: Int32) async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let hub = try await fixture.startHub()
+            let watcher = try fixture.cli(["watch"])
+            try await waitUntil("the watcher to attach") { try HubStatusProbe.status(fixture.socket).replicas.count == 1 }
+            let seq = try await fixture.runCLI(["dispatch", "set /a 1"])
+            #expect(seq.out == ["1"])
+            try await watcher.waitForLine("the action") { $0.contains(#""seq":1"#) }
+            hub.signal(signal)
+            #expect(try await hub.waitForExit() == 0)
+            #expect(!FileManager.default.fileExists(atPath: fixture.socket))
+            #expect(try await watcher.waitForExit() == 1, "the watcher ends when the hub goes")
+            #expect(watcher.errorLines.contains { $0.contains("closed the connection") })
+        }
+
+        @Test("the socket directory is created 0700 and the socket is 0600")
+        func permissions() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let nested = fixture.directory + "/run/storesync/hub.sock"
+            let hub = try fixture.spawn("hubd", ["--socket", nested])
+            try await waitUntil("hubd to listen") { (try? HubStatusProbe.status(nested)) != nil }
+            let socketMode = try FileManager.default.attributesOfItem(atPath: nested)[.posixPermissions] as? Int
+            let directoryMode = try FileManager.default.attributesOfItem(atPath: fixture.directory + "/run/storesync")[.posixPermissions] as? Int
+            #expect(socketMode == 0o600)
+            #expect(directoryMode == 0o700)
+            hub.signal(SIGTERM)
+            #expect(try await hub.waitForExit() == 0)
+        }
+
+        @Test("hubd refuses a path that is not a socket, and leaves the file alone")
+        func refusesRegularFile() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            try Data("precious".utf8).write(to: URL(fileURLWithPath: fixture.socket))
+            let hub = try fixture.spawn("hubd", ["--socket", fixture.socket])
+            #expect(try await hub.waitForExit() == 1)
+            #expect(hub.errorLines.contains { $0.contains("is not a socket") })
+            #expect(try String(contentsOfFile: fixture.socket, encoding: .utf8) == "precious")
+        }
+
+        @Test("a socket path too long for sun_path gets a clear error from both executables")
+        func pathTooLong() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let long = fixture.directory + "/" + String(repeating: "x", count: 120) + ".sock"
+            let hub = try fixture.spawn("hubd", ["--socket", long])
+            #expect(try await hub.waitForExit() == 1)
+            #expect(hub.errorLines.contains { $0.contains("longer than the") && $0.contains("--socket") })
+            let cli = try fixture.spawn("replica-cli", ["--socket", long, "status"])
+            #expect(try await cli.waitForExit() == 1)
+            #expect(cli.errorLines.count == 1)
+            #expect(cli.errorLines.first?.contains("longer than the") == true)
+        }
+
+        @Test("no hub at the socket: one line naming the path and how to start hubd, exit 1", arguments: [
+            ["status"], ["state"], ["dispatch", "increment"], ["watch"], ["attach"],
+        ])
+        func missingHub(arguments: [String]) async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let result = try await fixture.runCLI(arguments)
+            #expect(result.status == 1)
+            #expect(result.err.count == 1)
+            #expect(result.err.first?.contains(fixture.socket) == true)
+            #expect(result.err.first?.contains("swift run hubd") == true)
+            #expect(result.out.isEmpty)
+        }
+
+        @Test("usage errors exit 2 with a hint; --help exits 0 and documents every flag")
+        func usage() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let help = try fixture.spawn("hubd", ["--help"])
+            #expect(try await help.waitForExit() == 0)
+            let hubHelp = help.lines.joined(separator: "\n")
+            for flag in ["--app", "--socket", "--max-frame-bytes", "--max-queue-bytes", "--list-apps", "--help"] {
+                #expect(hubHelp.contains(flag), "hubd --help lacks \(flag)")
+            }
+            let cliHelp = try fixture.spawn("replica-cli", ["--help"])
+            #expect(try await cliHelp.waitForExit() == 0)
+            let cliText = cliHelp.lines.joined(separator: "\n")
+            for word in ["attach", "dispatch", "state", "watch", "status", "--socket", "--app", "--json", "--pointer", "--name"] {
+                #expect(cliText.contains(word), "replica-cli --help lacks \(word)")
+            }
+            let badApp = try fixture.spawn("hubd", ["--socket", fixture.socket, "--app", "nope"])
+            #expect(try await badApp.waitForExit() == 2)
+            #expect(badApp.errorLines.first?.contains("counter, todos, json") == true)
+            let noCommand = try await fixture.runCLI([])
+            #expect(noCommand.status == 2)
+            let list = try fixture.spawn("hubd", ["--list-apps"])
+            #expect(try await list.waitForExit() == 0)
+            #expect(list.lines.map { $0.split(separator: " ").first.map(String.init) } == ["counter", "todos", "json"])
+        }
+    }
+}
