@@ -4,6 +4,11 @@ public struct HistoryEntry<State: Sendable, Action: Sendable>: Sendable {
     public let action: Action?
     /// The state after `action` (for the starting point: the state when recording began).
     public let state: State
+
+    @usableFromInline init(action: Action?, state: State) {
+        self.action = action
+        self.state = state
+    }
 }
 
 /// How much history a store keeps: opt-in, and always bounded.
@@ -19,19 +24,20 @@ public struct HistoryPolicy: Sendable, Equatable {
 }
 
 /// The recorder behind ``Store/history``: entries and a cursor for time travel.
+@usableFromInline
 struct HistoryLog<State: Sendable, Action: Sendable> {
-    var entries: [HistoryEntry<State, Action>]
-    var cursor: Int
-    let capacity: Int
+    @usableFromInline var entries: [HistoryEntry<State, Action>]
+    @usableFromInline var cursor: Int
+    @usableFromInline let capacity: Int
 
-    init(start: State, policy: HistoryPolicy) {
+    @usableFromInline init(start: State, policy: HistoryPolicy) {
         entries = [HistoryEntry(action: nil, state: start)]
         cursor = 0
         capacity = policy.capacity
     }
 
     /// Records an applied action. After a jump back, the entries past the cursor are dropped first.
-    mutating func record(_ action: Action, state: State) {
+    @inlinable mutating func record(_ action: Action, state: State) {
         if cursor < entries.count - 1 { entries.removeSubrange((cursor + 1)...) }
         entries.append(HistoryEntry(action: action, state: state))
         if entries.count > capacity {

@@ -13,7 +13,7 @@ public struct StoreContext<State: Sendable, Action: Sendable>: Sendable {
     /// - Parameters:
     ///   - getState: Reads the current state.
     ///   - dispatch: Dispatches through the store.
-    public init(
+    @inlinable public init(
         getState: @escaping @Sendable () -> State,
         dispatch: @escaping @Sendable (Dispatchable<State, Action>) -> Void
     ) {
@@ -24,7 +24,7 @@ public struct StoreContext<State: Sendable, Action: Sendable>: Sendable {
     /// Dispatches a plain action through the whole middleware chain.
     ///
     /// - Parameter action: The action.
-    public func send(_ action: Action) { dispatch(.action(action)) }
+    @inlinable public func send(_ action: Action) { dispatch(.action(action)) }
 }
 
 /// Code that sits between `dispatch` and the reducer, as in Redux.
@@ -44,14 +44,14 @@ public struct Middleware<State: Sendable, Action: Sendable>: Sendable {
     /// Creates a middleware in Redux's curried form.
     ///
     /// - Parameter wrap: Given the context and `next`, returns the dispatch function.
-    public init(wrap: @escaping @Sendable (_ context: StoreContext<State, Action>, _ next: @escaping Dispatch) -> Dispatch) {
+    @inlinable public init(wrap: @escaping @Sendable (_ context: StoreContext<State, Action>, _ next: @escaping Dispatch) -> Dispatch) {
         self.wrap = wrap
     }
 
     /// Creates a middleware from a function of one input.
     ///
     /// - Parameter handle: Called for each input with the context and `next`.
-    public init(_ handle: @escaping @Sendable (
+    @inlinable public init(_ handle: @escaping @Sendable (
         _ context: StoreContext<State, Action>, _ next: @escaping Dispatch, _ input: Dispatchable<State, Action>
     ) -> Void) {
         self.wrap = { context, next in { input in handle(context, next, input) } }
@@ -72,18 +72,18 @@ public struct StoreEnhancer<State: Sendable, Action: Sendable>: Sendable {
     /// Creates an enhancer.
     ///
     /// - Parameter enhance: Given the context and the inner dispatch, returns the outer dispatch.
-    public init(_ enhance: @escaping @Sendable (_ context: StoreContext<State, Action>, _ dispatch: @escaping Dispatch) -> Dispatch) {
+    @inlinable public init(_ enhance: @escaping @Sendable (_ context: StoreContext<State, Action>, _ dispatch: @escaping Dispatch) -> Dispatch) {
         self.enhance = enhance
     }
 
     /// The enhancer that changes nothing.
-    public static var identity: StoreEnhancer { StoreEnhancer { _, dispatch in dispatch } }
+    @inlinable public static var identity: StoreEnhancer { StoreEnhancer { _, dispatch in dispatch } }
 
     /// This enhancer wrapped around `inner`: inputs reach `self` first, then `inner`.
     ///
     /// - Parameter inner: The enhancer closer to the reducer.
     /// - Returns: The composition, Redux's `compose(self, inner)`.
-    public func composed(with inner: StoreEnhancer) -> StoreEnhancer {
+    @inlinable public func composed(with inner: StoreEnhancer) -> StoreEnhancer {
         let outer = self
         return StoreEnhancer { context, dispatch in
             outer.enhance(context, inner.enhance(context, dispatch))
@@ -94,7 +94,7 @@ public struct StoreEnhancer<State: Sendable, Action: Sendable>: Sendable {
     ///
     /// - Parameter middlewares: The chain, outermost first.
     /// - Returns: An enhancer that runs the chain before the reducer.
-    public static func applyMiddleware(_ middlewares: Middleware<State, Action>...) -> StoreEnhancer {
+    @inlinable public static func applyMiddleware(_ middlewares: Middleware<State, Action>...) -> StoreEnhancer {
         applyMiddleware(middlewares)
     }
 
@@ -102,7 +102,7 @@ public struct StoreEnhancer<State: Sendable, Action: Sendable>: Sendable {
     ///
     /// - Parameter middlewares: The chain, outermost first.
     /// - Returns: An enhancer that runs the chain before the reducer.
-    public static func applyMiddleware(_ middlewares: [Middleware<State, Action>]) -> StoreEnhancer {
+    @inlinable public static func applyMiddleware(_ middlewares: [Middleware<State, Action>]) -> StoreEnhancer {
         StoreEnhancer { context, dispatch in
             middlewares.reversed().reduce(dispatch) { next, middleware in middleware.wrap(context, next) }
         }
@@ -115,7 +115,7 @@ extension Middleware {
     /// A synchronous thunk runs inside the dispatch; an asynchronous one starts a new
     /// `Task` and the dispatch returns at once. The thunk's own dispatches start at the
     /// top of the chain, so other middleware sees them.
-    public static var thunk: Middleware {
+    @inlinable public static var thunk: Middleware {
         Middleware { context, next, input in
             switch input {
             case .action:

@@ -11,22 +11,25 @@ import Synchronization
 public final class Selection<Value: Equatable & Sendable>: Sendable, Observable {
     private let storage: Mutex<Value>
     private let registrar = ObservationRegistrar()
+    /// `\.value`, built once (see `Store.stateKeyPath`).
+    private let valueKeyPath: KeyPath<Selection, Value> & Sendable
     private let token: Mutex<Subscription?> = Mutex(nil)
 
     init(initial: Value) {
         storage = Mutex(initial)
+        valueKeyPath = \Selection.value
     }
 
     /// The selected value, as of the last action that changed it.
     public var value: Value {
-        registrar.access(self, keyPath: \.value)
+        registrar.access(self, keyPath: valueKeyPath)
         return storage.withLock { $0 }
     }
 
     func update(_ value: Value) {
-        registrar.willSet(self, keyPath: \.value)
+        registrar.willSet(self, keyPath: valueKeyPath)
         storage.withLock { $0 = value }
-        registrar.didSet(self, keyPath: \.value)
+        registrar.didSet(self, keyPath: valueKeyPath)
     }
 
     func attach(_ subscription: Subscription) {

@@ -35,27 +35,33 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     /// The reducer that applies every action.
     public let reducer: R
 
-    let core: Mutex<Core>
+    @usableFromInline let core: Mutex<Core>
     /// Held for the whole of a dispatch; its value is the entry of the enhancer chain.
-    private let drain: Mutex<DrainContext>
+    @usableFromInline let drain: Mutex<DrainContext>
     /// The thread that holds `drain`, or 0.
-    private let owner = Atomic<UInt>(0)
-    let registrar = ObservationRegistrar()
-    private let onError: (@Sendable (R.Failure, Action) -> Void)?
+    @usableFromInline let owner = Atomic<UInt>(0)
+    @usableFromInline let registrar = ObservationRegistrar()
+    /// `\.state`, built once: a key path into a generic class is instantiated at run time,
+    /// which costs microseconds, and the registrar needs it on every dispatch.
+    @usableFromInline let stateKeyPath: KeyPath<Store, State> & Sendable
+    @usableFromInline let onError: (@Sendable (R.Failure, Action) -> Void)?
 
-    private struct DrainContext {
-        var chain: Dispatch?
+    @usableFromInline struct DrainContext {
+        @usableFromInline var chain: Dispatch?
+        @usableFromInline init() {}
     }
 
-    struct Core {
-        var state: State
-        var queue: [Pending] = []
-        var queueHead = 0
-        var subscribers: [Subscriber] = []
-        var nextSubscriberID: UInt64 = 1
-        var history: HistoryLog<State, Action>?
+    @usableFromInline struct Core {
+        @usableFromInline var state: State
+        @usableFromInline var queue: [Pending] = []
+        @usableFromInline var queueHead = 0
+        @usableFromInline var subscribers: [Subscriber] = []
+        @usableFromInline var nextSubscriberID: UInt64 = 1
+        @usableFromInline var history: HistoryLog<State, Action>?
 
-        mutating func popPending() -> Pending? {
+        @usableFromInline init(state: State) { self.state = state }
+
+        @inlinable mutating func popPending() -> Pending? {
             guard queueHead < queue.count else { return nil }
             let next = queue[queueHead]
             queueHead += 1
@@ -67,18 +73,50 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
         }
     }
 
-    enum Pending: Sendable {
+    @usableFromInline enum Pending: Sendable {
         case input(Dispatchable<State, Action>)
         case received(Action)
     }
 
-    final class Subscriber: Sendable {
-        let id: UInt64
-        let callback: @Sendable (State) -> Void
-        let cancelled = Atomic<Bool>(false)
-        init(id: UInt64, callback: @escaping @Sendable (State) -> Void) {
+    /// A subscription as the store keeps it: called with every new state.
+    ///
+    /// `@unchecked Sendable`: `id` and `callback` are immutable, `cancelled` is atomic, and
+    /// subclasses' mutable state (``SelectorSubscriber``) is touched only while the
+    /// calling thread holds the store's dispatch lock, which serialises all notifications.
+    @usableFromInline class Subscriber: @unchecked Sendable {
+        @usableFromInline let id: UInt64
+        @usableFromInline let callback: (@Sendable (State) -> Void)?
+        @usableFromInline let cancelled = Atomic<Bool>(false)
+        @usableFromInline init(id: UInt64, callback: (@Sendable (State) -> Void)?) {
             self.id = id
             self.callback = callback
+        }
+        /// Delivers a new state.
+        @inlinable func notify(_ state: State) { callback?(state) }
+    }
+
+    /// A selector subscription: fires `onChange` only when the selected value changes.
+    ///
+    /// One virtual call per action, no closure in between: with many selectors per store
+    /// (one per view, say) this is the notification hot path.
+    @usableFromInline final class SelectorSubscriber<Value: Equatable>: Subscriber, @unchecked Sendable {
+        @usableFromInline let selector: @Sendable (State) -> Value
+        @usableFromInline let onChange: @Sendable (Value) -> Void
+        /// Written only under the dispatch lock (see ``Subscriber``); no dynamic exclusivity check needed.
+        @usableFromInline @exclusivity(unchecked) var last: Value
+        @usableFromInline init(id: UInt64, selector: @escaping @Sendable (State) -> Value, last: Value,
+                               onChange: @escaping @Sendable (Value) -> Void) {
+            self.selector = selector
+            self.onChange = onChange
+            self.last = last
+            super.init(id: id, callback: nil)
+        }
+        @inlinable override func notify(_ state: State) {
+            let value = selector(state)
+            if value != last {
+                last = value
+                onChange(value)
+            }
         }
     }
 
@@ -90,7 +128,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     ///   - enhancer: Wraps dispatch, e.g. `.applyMiddleware(.thunk, .logging(to: log))`.
     ///   - history: Opt-in time-travel recording; `nil` (the default) records nothing.
     ///   - onError: Called when the reducer refuses a dispatched action (the state is then unchanged).
-    public convenience init(
+    @inlinable public convenience init(
         initialState: State,
         reducer: R,
         enhancer: StoreEnhancer<State, Action> = .identity,
@@ -113,7 +151,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     ///   - history: Opt-in time-travel recording.
     ///   - onError: Called when the reducer refuses a dispatched or received action.
     ///   - terminal: Where plain actions go after the enhancer chain; `nil` means the reducer.
-    package init(
+    @inlinable package init(
         initialState: State,
         reducer: R,
         enhancer: StoreEnhancer<State, Action>,
@@ -123,6 +161,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     ) {
         self.reducer = reducer
         self.onError = onError
+        self.stateKeyPath = \Store.state
         var core = Core(state: initialState)
         if let history { core.history = HistoryLog(start: initialState, policy: history) }
         self.core = Mutex(core)
@@ -153,16 +192,34 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     /// Reading it inside `withObservationTracking` (or a SwiftUI view body) registers an
     /// observation that fires when an action changes the state.
     public var state: State {
-        registrar.access(self, keyPath: \.state)
+        if !observable.load(ordering: .relaxed) { observable.store(true, ordering: .relaxed) }
+        registrar.access(self, keyPath: stateKeyPath)
         return core.withLock { $0.state }
     }
+
+    /// Set by the first read of ``state``. Until then no observation can exist
+    /// (`withObservationTracking` only sees properties that were read), so dispatch skips
+    /// the registrar, whose `willSet`/`didSet` cost a lock and a key-path lookup each.
+    @usableFromInline let observable = Atomic<Bool>(false)
+
+    /// Announces a change of `state` to observers, if there can be any.
+    @inlinable
+    func withStateMutation<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        guard observable.load(ordering: .relaxed) else { return try body() }
+        registrar.willSet(self, keyPath: stateKeyPath)
+        defer { registrar.didSet(self, keyPath: stateKeyPath) }
+        return try body()
+    }
+
+    /// The current state without registering an observation (for the store's own use).
+    @usableFromInline var unobservedState: State { core.withLock { $0.state } }
 
     // MARK: - Dispatch
 
     /// Dispatches an action or a thunk through the enhancer chain.
     ///
     /// - Parameter input: What to dispatch.
-    public func dispatch(_ input: Dispatchable<State, Action>) {
+    @inlinable public func dispatch(_ input: Dispatchable<State, Action>) {
         let me = currentThreadID()
         if owner.load(ordering: .relaxed) == me {
             core.withLock { $0.queue.append(.input(input)) }
@@ -179,14 +236,14 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     /// Dispatches a plain action through the enhancer chain.
     ///
     /// - Parameter action: The action.
-    public func dispatch(_ action: Action) {
+    @inlinable public func dispatch(_ action: Action) {
         dispatch(.action(action))
     }
 
     /// Dispatches a thunk; ``Middleware/thunk`` must be installed to run it.
     ///
     /// - Parameter thunk: The thunk.
-    public func dispatch(_ thunk: Thunk<State, Action>) {
+    @inlinable public func dispatch(_ thunk: Thunk<State, Action>) {
         dispatch(.thunk(thunk))
     }
 
@@ -199,7 +256,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     ///
     /// - Parameter action: The sequenced action.
     /// - Throws: The reducer's failure; the state is then unchanged.
-    package func receive(_ action: Action) throws(R.Failure) {
+    @inlinable package func receive(_ action: Action) throws(R.Failure) {
         let me = currentThreadID()
         if owner.load(ordering: .relaxed) == me {
             core.withLock { $0.queue.append(.received(action)) }
@@ -230,17 +287,18 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     /// - Parameter state: The new state.
     package func replaceState(_ state: State) {
         withDrain {
-            registrar.willSet(self, keyPath: \.state)
-            let subscribers = core.withLock { core -> [Subscriber] in
-                core.state = state
-                return core.subscribers
+            let subscribers = withStateMutation {
+                core.withLock { core -> [Subscriber] in
+                    core.state = state
+                    return core.subscribers
+                }
             }
-            registrar.didSet(self, keyPath: \.state)
             notify(subscribers, state)
         }
     }
 
     /// Runs `body` as part of the dispatch in progress on this thread, or as a dispatch of its own.
+    @inlinable
     func withDrain<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
         let me = currentThreadID()
         if owner.load(ordering: .relaxed) == me { return try body() }
@@ -257,7 +315,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     /// Runs everything queued by re-entrant dispatches, in order. Caller holds `drain`.
     ///
     /// - Parameter chain: The enhancer chain, read from `drain`'s value by the caller.
-    private func drainQueue(_ chain: Dispatch?) {
+    @inlinable func drainQueue(_ chain: Dispatch?) {
         while let next = core.withLock({ $0.popPending() }) {
             switch next {
             case .input(let input):
@@ -269,7 +327,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     }
 
     /// Applies and notifies, sending a refusal to `onError`. Caller holds `drain`.
-    private func applyAndNotify(_ action: Action) {
+    @inlinable func applyAndNotify(_ action: Action) {
         do {
             try applyThrowing(action)
         } catch {
@@ -278,20 +336,20 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     }
 
     /// Applies one action with the reducer, records it, and notifies. Caller holds `drain`.
-    private func applyThrowing(_ action: Action) throws(R.Failure) {
-        registrar.willSet(self, keyPath: \.state)
-        defer { registrar.didSet(self, keyPath: \.state) }
-        let (state, subscribers) = try core.withLock { (core: inout Core) throws(R.Failure) -> (State, [Subscriber]) in
-            try reducer.reduce(into: &core.state, action: action)
-            core.history?.record(action, state: core.state)
-            return (core.state, core.subscribers)
+    @inlinable func applyThrowing(_ action: Action) throws(R.Failure) {
+        let (state, subscribers) = try withStateMutation { () throws(R.Failure) -> (State, [Subscriber]) in
+            try core.withLock { (core: inout Core) throws(R.Failure) -> (State, [Subscriber]) in
+                try reducer.reduce(into: &core.state, action: action)
+                core.history?.record(action, state: core.state)
+                return (core.state, core.subscribers)
+            }
         }
         notify(subscribers, state)
     }
 
-    func notify(_ subscribers: [Subscriber], _ state: State) {
+    @inlinable func notify(_ subscribers: [Subscriber], _ state: State) {
         for subscriber in subscribers where !subscriber.cancelled.load(ordering: .relaxed) {
-            subscriber.callback(state)
+            subscriber.notify(state)
         }
     }
 }

@@ -21,15 +21,13 @@ extension Store {
     @discardableResult
     public func jump(to index: Int) -> Bool {
         withDrain {
-            registrar.willSet(self, keyPath: \.state)
-            defer { registrar.didSet(self, keyPath: \.state) }
-            let result = core.withLock { core -> (State, [Subscriber])? in
+            let result = withStateMutation { core.withLock { core -> (State, [Subscriber])? in
                 guard var log = core.history, log.entries.indices.contains(index) else { return nil }
                 log.cursor = index
                 core.state = log.entries[index].state
                 core.history = log
                 return (core.state, core.subscribers)
-            }
+            } }
             guard let (state, subscribers) = result else { return false }
             notify(subscribers, state)
             return true

@@ -1,3 +1,5 @@
+import Synchronization
+
 extension Store {
     /// Calls `callback` with the new state after every applied action.
     ///
@@ -8,18 +10,28 @@ extension Store {
     ///   - sendCurrent: Also call `callback` once, right away, with the current state.
     ///   - callback: Receives each new state.
     /// - Returns: The token; the subscription lasts until it is cancelled or released.
-    public func subscribe(
+    @inlinable public func subscribe(
         sendCurrent: Bool = false,
         _ callback: @escaping @Sendable (State) -> Void
+    ) -> Subscription {
+        add(sendCurrent: sendCurrent, callback) { id, _ in Subscriber(id: id, callback: callback) }
+    }
+
+    /// Registers a subscriber built from its id and the current state, atomically with
+    /// respect to dispatches, and returns its token.
+    @inlinable func add(
+        sendCurrent: Bool,
+        _ sendCurrentValue: @Sendable (State) -> Void,
+        _ make: (UInt64, State) -> Subscriber
     ) -> Subscription {
         withDrain {
             let (id, current) = core.withLock { core -> (UInt64, State) in
                 let id = core.nextSubscriberID
                 core.nextSubscriberID += 1
-                core.subscribers.append(Subscriber(id: id, callback: callback))
+                core.subscribers.append(make(id, core.state))
                 return (id, core.state)
             }
-            if sendCurrent { callback(current) }
+            if sendCurrent { sendCurrentValue(current) }
             return Subscription { [weak self] in self?.unsubscribe(id) }
         }
     }
@@ -35,21 +47,16 @@ extension Store {
     ///   - sendCurrent: Also call `onChange` once, right away, with the current value.
     ///   - onChange: Receives each new, different value.
     /// - Returns: The token; the subscription lasts until it is cancelled or released.
+    @inlinable
     public func subscribe<Value: Equatable & Sendable>(
         to selector: @escaping @Sendable (State) -> Value,
         sendCurrent: Bool = false,
         onChange: @escaping @Sendable (Value) -> Void
     ) -> Subscription {
-        withDrain {
-            let box = SelectionBox(last: selector(core.withLock { $0.state }))
-            if sendCurrent { onChange(box.last) }
-            return subscribe { state in
-                let value = selector(state)
-                if value != box.last {
-                    box.last = value
-                    onChange(value)
-                }
-            }
+        // Inlinable so the comparison is specialised for `Value` in the caller's module:
+        // unspecialised, each selector costs generic metadata look-ups per action.
+        add(sendCurrent: sendCurrent, { onChange(selector($0)) }) { id, state in
+            SelectorSubscriber(id: id, selector: selector, last: selector(state), onChange: onChange)
         }
     }
 
@@ -84,7 +91,7 @@ extension Store {
         return stream
     }
 
-    func unsubscribe(_ id: UInt64) {
+    @usableFromInline func unsubscribe(_ id: UInt64) {
         core.withLock { core in
             if let index = core.subscribers.firstIndex(where: { $0.id == id }) {
                 core.subscribers[index].cancelled.store(true, ordering: .relaxed)
@@ -95,16 +102,4 @@ extension Store {
 
     /// The number of live subscriptions (for tests and diagnostics).
     public var subscriberCount: Int { core.withLock { $0.subscribers.count } }
-}
-
-/// The last value a selector subscription delivered.
-///
-/// `@unchecked Sendable` is safe here: `last` is written once in `subscribe(to:…)` and
-/// then only from that subscription's callback. Both run while the calling thread holds
-/// the store's dispatch lock (`withDrain`), which serialises every callback of the store,
-/// so no two threads ever touch `last` at the same time, and the lock's acquire/release
-/// orders each access after the previous one.
-final class SelectionBox<Value>: @unchecked Sendable {
-    var last: Value
-    init(last: Value) { self.last = last }
 }

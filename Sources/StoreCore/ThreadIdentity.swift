@@ -7,7 +7,7 @@ import Darwin
 #endif
 
 /// A number that identifies the calling thread while it runs; never 0.
-@inline(__always)
+@inlinable
 func currentThreadID() -> UInt {
     #if canImport(Darwin)
     return UInt(bitPattern: pthread_self())

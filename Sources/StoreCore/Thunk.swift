@@ -23,12 +23,12 @@ public struct Thunk<State: Sendable, Action: Sendable>: Sendable {
     /// Creates a synchronous thunk.
     ///
     /// - Parameter body: Reads state and dispatches, during the dispatch call.
-    public init(_ body: @escaping @Sendable (Context) -> Void) { self.body = .sync(body) }
+    @inlinable public init(_ body: @escaping @Sendable (Context) -> Void) { self.body = .sync(body) }
 
     /// Creates an asynchronous thunk (seed 001's authentication that finishes later).
     ///
     /// - Parameter body: Runs in a new task; may await, then dispatch.
-    public init(async body: @escaping @Sendable (Context) async -> Void) { self.body = .async(body) }
+    @inlinable public init(async body: @escaping @Sendable (Context) async -> Void) { self.body = .async(body) }
 }
 
 /// What can be dispatched to a store: a plain action or a thunk.

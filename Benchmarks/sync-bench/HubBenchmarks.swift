@@ -1,0 +1,171 @@
+import BuiltinApps
+import Foundation
+import StoreHub
+import StoreReplica
+import SyncCore
+import SyncPOSIX
+import Synchronization
+
+/// A hub on a thread of this process, on a fresh temporary socket.
+final class BenchHub: Sendable {
+    let hub: Hub<JSONApp>
+    let directory: String
+    private let finished = Atomic<Bool>(false)
+
+    init() throws {
+        directory = NSTemporaryDirectory() + "sync-bench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        hub = try Hub(app: JSONApp(), configuration: HubConfiguration(socketPath: directory + "/hub.sock"))
+        let hub = self.hub
+        Thread.detachNewThread { [self] in
+            try? hub.run()
+            finished.store(true, ordering: .releasing)
+        }
+    }
+
+    var socket: String { hub.configuration.socketPath }
+
+    func stop() {
+        hub.stop()
+        while !finished.load(ordering: .acquiring) { usleep(1000) }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// A worker replica process (this executable in `--worker` mode).
+final class WorkerProcess {
+    let process = Process()
+    let input = Pipe()
+    let output = Pipe()
+    private var buffered = Data()
+
+    init(socket: String, count: Int, total: Int) throws {
+        process.executableURL = URL(fileURLWithPath: try selfExecutable())
+        process.arguments = ["--worker", "--socket", socket, "--count", "\(count)", "--total", "\(total)"]
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+    }
+
+    /// Blocks until the worker prints a line.
+    func readLine() -> String? {
+        while true {
+            if let newline = buffered.firstIndex(of: 0x0A) {
+                let line = String(decoding: buffered[buffered.startIndex..<newline], as: UTF8.self)
+                buffered.removeSubrange(buffered.startIndex...newline)
+                return line
+            }
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { return nil }
+            buffered.append(chunk)
+        }
+    }
+
+    func send(_ line: String) { try? input.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8)) }
+
+    func finish() {
+        try? input.fileHandleForWriting.close()
+        process.waitUntilExit()
+    }
+
+    func kill() { if process.isRunning { process.terminate() } }
+}
+
+func selfExecutable() throws -> String {
+    if let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") { return path }
+    if let path = Bundle.main.executablePath { return path }
+    throw SystemError("cannot find this executable to start workers")
+}
+
+/// Hub plus `replicas` worker processes on the json app: every worker dispatches its share,
+/// and the clock stops when every worker has applied every action.
+func hubThroughput(replicas: Int, actions: Int) throws -> Result {
+    let hub = try BenchHub()
+    defer { hub.stop() }
+    let share = actions / replicas
+    let total = share * replicas
+    let workers = try (0..<replicas).map { _ in try WorkerProcess(socket: hub.socket, count: share, total: total) }
+    defer { workers.forEach { $0.kill() } }
+    for worker in workers {
+        guard worker.readLine()?.hasPrefix("ready") == true else { throw SystemError("a worker failed to attach") }
+    }
+    let start = ContinuousClock.now
+    for worker in workers { worker.send("go") }
+    var digests: Set<String> = []
+    for worker in workers {
+        guard let line = worker.readLine(), line.hasPrefix("done") else { throw SystemError("a worker failed") }
+        digests.insert(String(line.split(separator: " ").last ?? ""))
+    }
+    let elapsed = nanoseconds(ContinuousClock.now - start)
+    for worker in workers { worker.finish() }
+    guard digests.count == 1 else { throw SystemError("replicas disagree: \(digests)") }
+    return Result(scenario: "hub.throughput", params: [("replicas", JSON(replicas)), ("app", "json")],
+                  metrics: [("actions_per_s", Double(total) / elapsed * 1e9), ("actions", Double(total))])
+}
+
+/// Dispatch→ack round trips from one replica while `replicas - 1` others are attached and idle.
+func hubLatency(replicas: Int, samples: Int) async throws -> Result {
+    let hub = try BenchHub()
+    defer { hub.stop() }
+    let idle = try (1..<replicas).map { _ in try WorkerProcess(socket: hub.socket, count: 0, total: 0) }
+    defer { idle.forEach { $0.kill() } }
+    for worker in idle {
+        guard worker.readLine()?.hasPrefix("ready") == true else { throw SystemError("a worker failed to attach") }
+        worker.send("go")
+    }
+    let replica = try Replica.attach(app: JSONApp(), socketPath: hub.socket, name: "latency")
+    defer { replica.close() }
+    let action = JSONEdit.increment(try JSONPointer("/n"), by: 1)
+    var rounds: [Double] = []
+    rounds.reserveCapacity(samples)
+    for index in 0..<(samples + samples / 10) {
+        let start = ContinuousClock.now
+        try await replica.dispatch(action)
+        if index >= samples / 10 { rounds.append(nanoseconds(ContinuousClock.now - start) / 1000) }
+    }
+    return Result(scenario: "hub.latency", params: [("replicas", JSON(replicas)), ("load", "unloaded")],
+                  metrics: [("ack_p50_us", percentile(rounds, 0.5)), ("ack_p99_us", percentile(rounds, 0.99))])
+}
+
+/// The in-run baseline for the hub: length-prefixed frames of an action envelope's size
+/// pushed through a Unix socket pair and counted on the other side (no JSON, no store).
+func socketBaseline(frames: Int) throws -> Result {
+    var pair: [Int32] = [-1, -1]
+    #if canImport(Darwin)
+    let type = SOCK_STREAM
+    #else
+    let type = Int32(SOCK_STREAM.rawValue)
+    #endif
+    guard socketpair(AF_UNIX, type, 0, &pair) == 0 else { throw SystemError.lastCall("socketpair") }
+    defer { UnixSocket.close(pair[0]); UnixSocket.close(pair[1]) }
+    var envelope: [UInt8] = []
+    Frame.appendActionEnvelope(seq: 123_456, origin: 3, id: .number(4242),
+                               action: ["type": "increment", "path": "/counters/3", "by": 1], to: &envelope)
+    let frameSize = envelope.count
+    let reader = pair[1]
+    let done = Atomic<Int>(0)
+    Thread.detachNewThread {
+        var decoder = FrameDecoder()
+        var buffer = [UInt8](repeating: 0, count: 256 << 10)
+        var count = 0
+        while count < frames {
+            let n = buffer.withUnsafeMutableBytes { Foundation.read(reader, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            buffer.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            while let frame = try? decoder.nextFrame(), frame.count > 0 { count += 1 }
+        }
+        done.store(count, ordering: .releasing)
+    }
+    var batch: [UInt8] = []
+    for _ in 0..<64 { batch.append(contentsOf: envelope) }
+    let start = ContinuousClock.now
+    var sent = 0
+    while sent < frames {
+        try UnixSocket.writeAll(pair[0], batch)
+        sent += 64
+    }
+    while done.load(ordering: .acquiring) == 0 { usleep(100) }
+    let elapsed = nanoseconds(ContinuousClock.now - start)
+    return Result(scenario: "baseline.socket", params: [("frame_bytes", JSON(frameSize))],
+                  metrics: [("frames_per_s", Double(done.load(ordering: .acquiring)) / elapsed * 1e9)])
+}
