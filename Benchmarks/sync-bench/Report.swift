@@ -7,12 +7,12 @@ struct Result {
     let params: [(String, JSON)]
     let metrics: [(String, Double)]
 
-    var json: JSON {
-        .object([
-            "scenario": .string(scenario),
-            "params": .object(Dictionary(params, uniquingKeysWith: { $1 })),
-            "metrics": .object(Dictionary(metrics.map { ($0.0, JSON.number(($0.1 * 100).rounded() / 100)) }, uniquingKeysWith: { $1 })),
-        ])
+    /// `{"scenario":…,"params":{…},"metrics":{…}}`, members in that order.
+    var jsonLine: String {
+        let params = JSON.object(Dictionary(params, uniquingKeysWith: { $1 })).canonicalString
+        let metrics = JSON.object(Dictionary(metrics.map { ($0.0, JSON.number(($0.1 * 100).rounded() / 100)) },
+                                             uniquingKeysWith: { $1 })).canonicalString
+        return #"{"scenario":\#(JSON.string(scenario).canonicalString),"params":\#(params),"metrics":\#(metrics)}"#
     }
 
     var text: String {

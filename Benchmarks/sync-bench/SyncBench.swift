@@ -54,7 +54,7 @@ struct SyncBench {
         UnixSocket.ignoreBrokenPipes()
 
         func report(_ result: Result) {
-            Console.out(json ? result.json.canonicalString : result.text)
+            Console.out(json ? result.jsonLine : result.text)
         }
         func wanted(_ name: String) -> Bool { only.map { name.hasPrefix($0) || $0.hasPrefix(name) } ?? true }
         #if DEBUG
@@ -64,7 +64,7 @@ struct SyncBench {
             if wanted("baseline.reduce") { report(reduceBaseline(quick: quick)) }
             if wanted("store") {
                 report(storeDispatch(selectors: 0, quick: quick))
-                if only != "store.dispatch.0" { report(storeDispatch(selectors: 100, quick: quick)) }
+                report(storeDispatch(selectors: 100, quick: quick))
             }
             if wanted("baseline.socket") { report(try socketBaseline(frames: quick ? 100_000 : 2_000_000)) }
             if wanted("hub") {

@@ -64,7 +64,9 @@ public final class Hub<App: SyncApp>: Sendable {
 
     deinit {
         if !running.load(ordering: .relaxed) {
+            // Never served: release the path too, so no stale socket file is left behind.
             UnixSocket.close(listener)
+            unlink(configuration.socketPath)
         }
         UnixSocket.close(wakeRead)
         UnixSocket.close(wakeWrite)

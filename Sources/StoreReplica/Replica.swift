@@ -284,7 +284,7 @@ public final class Replica<App: SyncApp>: Sendable {
     /// Closes the connection; pending dispatches fail with ``ReplicaError/disconnected(_:)``.
     public func close() {
         upstream.fail("the replica was closed")
-        _ = Glibc_shutdown(upstream.fd)
+        upstream.shutdown()
         // A reader that never started now starts, reads end-of-file, and cleans up.
         startReading()
     }
@@ -382,7 +382,7 @@ public final class Replica<App: SyncApp>: Sendable {
     }
 
     private func finish(_ reason: ReplicaError) {
-        upstream.fail(reason.description)
+        upstream.closeDescriptor(reason: reason.description)
         finished.store(true, ordering: .releasing)
         let shared = shared.withLock { shared -> Shared in
             shared.endReason = reason
@@ -393,19 +393,10 @@ public final class Replica<App: SyncApp>: Sendable {
             }
             return shared
         }
-        UnixSocket.close(upstream.fd)
         let failure = ReplicaError.disconnected(reason.description)
         for ack in shared.acks.values { ack.resume(throwing: failure) }
         for waiter in shared.statusWaiters { waiter.resume(throwing: failure) }
         for observer in shared.observers { observer.callback(.disconnected(reason)) }
         for waiter in shared.closeWaiters { waiter.resume(returning: reason) }
     }
-}
-
-@inline(__always) private func Glibc_shutdown(_ fd: Int32) -> Int32 {
-    #if canImport(Darwin)
-    return shutdown(fd, SHUT_RDWR)
-    #else
-    return shutdown(fd, Int32(SHUT_RDWR))
-    #endif
 }

@@ -24,6 +24,8 @@ final class Upstream: Sendable {
         var pending: [UInt8] = []
         var writing = false
         var failure: String?
+        /// Set once the descriptor is closed; it may then belong to another file.
+        var closed = false
     }
 
     init(fd: Int32) { self.fd = fd }
@@ -70,6 +72,36 @@ final class Upstream: Sendable {
     /// Marks the connection closed for writing.
     func fail(_ reason: String) {
         state.withLock { if $0.failure == nil { $0.failure = reason } }
+    }
+
+    /// Shuts the socket down both ways (the reader then sees end of file), unless already closed.
+    func shutdown() {
+        state.withLock { state in
+            guard !state.closed else { return }
+            #if canImport(Darwin)
+            _ = Darwin.shutdown(fd, SHUT_RDWR)
+            #else
+            _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+            #endif
+        }
+    }
+
+    /// Closes the descriptor once no write is in flight; later sends fail without touching it.
+    func closeDescriptor(reason: String) {
+        while true {
+            let done = state.withLock { state -> Bool in
+                if state.failure == nil { state.failure = reason }
+                guard !state.writing else { return false }
+                if !state.closed {
+                    state.closed = true
+                    UnixSocket.close(fd)
+                }
+                return true
+            }
+            if done { return }
+            // A writer is inside write(2) on a socket already failed or shut down: it returns promptly.
+            sched_yield()
+        }
     }
 
     /// Whether ``fail(_:)`` was called because this side closed.
