@@ -169,28 +169,11 @@ public final class Replica<App: SyncApp>: Sendable {
     @discardableResult
     public func dispatch(json: JSON) async throws(ReplicaError) -> UInt64 {
         let id = upstream.makeID()
-        do {
-            return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<UInt64, any Error>) in
-                let ended = shared.withLock { shared -> ReplicaError? in
-                    if let reason = shared.endReason { return reason }
-                    shared.acks[id] = continuation
-                    return nil
-                }
-                if let ended {
-                    continuation.resume(throwing: ReplicaError.disconnected(ended.description))
-                    return
-                }
-                if let failure = upstream.send(.dispatch(id: id, action: json)) {
-                    if let waiting = shared.withLock({ $0.acks.removeValue(forKey: id) }) {
-                        waiting.resume(throwing: ReplicaError.disconnected(failure))
-                    }
-                }
-            }
-        } catch let error as ReplicaError {
-            throw error
-        } catch {
-            throw .disconnected(String(describing: error))
-        }
+        return try await awaitReply(
+            register: { $0.acks[id] = $1 },
+            send: { upstream.send(.dispatch(id: id, action: json)) },
+            unregister: { $0.acks.removeValue(forKey: id) }
+        )
     }
 
     /// Asks the hub for its status over this connection.
@@ -198,18 +181,37 @@ public final class Replica<App: SyncApp>: Sendable {
     /// - Returns: The status.
     /// - Throws: ``ReplicaError/disconnected(_:)`` when the connection is gone.
     public func status() async throws(ReplicaError) -> HubStatus {
+        // Status replies come in request order; the reader resumes the first waiter.
+        try await awaitReply(
+            register: { $0.statusWaiters.append($1) },
+            send: { upstream.send(.status) },
+            unregister: { $0.statusWaiters.popLast() }
+        )
+    }
+
+    /// Registers a continuation for a reply, sends the request, and waits.
+    ///
+    /// If the connection has already ended, or the send fails, the wait ends at once with
+    /// ``ReplicaError/disconnected(_:)`` (and the registration is undone).
+    private func awaitReply<T: Sendable>(
+        register: @escaping (inout Shared, CheckedContinuation<T, any Error>) -> Void,
+        send: () -> String?,
+        unregister: @escaping (inout Shared) -> CheckedContinuation<T, any Error>?
+    ) async throws(ReplicaError) -> T {
         do {
-            return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HubStatus, any Error>) in
+            return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
                 let ended = shared.withLock { shared -> ReplicaError? in
                     if let reason = shared.endReason { return reason }
-                    shared.statusWaiters.append(continuation)
+                    register(&shared, continuation)
                     return nil
                 }
                 if let ended {
                     continuation.resume(throwing: ReplicaError.disconnected(ended.description))
                     return
                 }
-                upstream.send(.status)
+                if let failure = send(), let waiting = shared.withLock({ unregister(&$0) }) {
+                    waiting.resume(throwing: ReplicaError.disconnected(failure))
+                }
             }
         } catch let error as ReplicaError {
             throw error
