@@ -348,8 +348,15 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     }
 
     @inlinable func notify(_ subscribers: [Subscriber], _ state: State) {
-        for subscriber in subscribers where !subscriber.cancelled.load(ordering: .relaxed) {
-            subscriber.notify(state)
+        // `subscribers` holds a strong reference to each element for the whole loop, so the
+        // loop borrows them instead of retaining and releasing each one (with 100 selector
+        // subscriptions that pair was a third of the cost of a dispatch).
+        subscribers.withUnsafeBufferPointer { buffer in
+            for index in buffer.indices {
+                Unmanaged.passUnretained(buffer[index])._withUnsafeGuaranteedRef { subscriber in
+                    if !subscriber.cancelled.load(ordering: .relaxed) { subscriber.notify(state) }
+                }
+            }
         }
     }
 }
