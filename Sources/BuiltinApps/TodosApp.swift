@@ -232,12 +232,14 @@ public struct TodosApp: SyncApp {
             throw AppCodingError("a todos state is {\"todos\":[…],\"filter\":\"all|active|completed\"}")
         }
         var todos: [Todo] = []
+        var ids: Set<String> = []
         todos.reserveCapacity(items.count)
         for item in items {
             guard let id = item["id"]?.stringValue, let title = item["title"]?.stringValue,
                   let completed = item["completed"]?.boolValue, let createdAt = item["createdAt"]?.numberValue else {
                 throw AppCodingError("a todo is {\"id\":string,\"title\":string,\"completed\":bool,\"createdAt\":number}")
             }
+            guard ids.insert(id).inserted else { throw AppCodingError("two todos have id \"\(id)\"; ids are unique") }
             todos.append(Todo(id: id, title: title, completed: completed, createdAt: createdAt))
         }
         return State(todos: todos, filter: filter)

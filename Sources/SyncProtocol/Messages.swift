@@ -8,14 +8,21 @@ public enum DispatchID: Sendable, Hashable, CustomStringConvertible {
     /// A string id.
     case string(String)
 
+    /// The largest integer id magnitude, 2^53 − 1: every integer up to it has one JSON
+    /// number, so the echo always equals what was sent. Larger literals may have been
+    /// rounded by the parser and are refused.
+    public static let maxInteger = 9_007_199_254_740_991
+
     /// Reads an id from JSON.
     ///
-    /// - Parameter json: A string or an integral number.
+    /// - Parameter json: A string, or an integral number with magnitude at most ``maxInteger``.
     /// - Returns: The id, or `nil` for any other value.
     public init?(json: JSON) {
         switch json {
         case .string(let value): self = .string(value)
-        case .number: if let value = json.intValue { self = .number(value) } else { return nil }
+        case .number:
+            guard let value = json.intValue, abs(value) <= Self.maxInteger else { return nil }
+            self = .number(value)
         default: return nil
         }
     }
@@ -67,7 +74,7 @@ public enum ClientMessage: Sendable, Equatable {
             self = .hello(protocolVersion: version, app: app, fingerprint: fingerprint, name: name)
         case "dispatch":
             guard let rawID = members["id"], let id = DispatchID(json: rawID) else {
-                throw WireError(.badFrame, "dispatch needs a member \"id\" that is a string or an integer")
+                throw WireError(.badFrame, "dispatch needs a member \"id\" that is a string or an integer within ±(2^53 − 1)")
             }
             guard let action = members["action"] else {
                 throw WireError(.badFrame, "dispatch needs a member \"action\"")

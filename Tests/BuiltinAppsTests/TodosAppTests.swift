@@ -337,4 +337,10 @@ private final class Failures: Sendable {
         entries.withLock { $0.append(Entry(failure: failure, action: action)) }
     }
     var all: [Entry] { entries.withLock { $0 } }
+
+    @Test("decodeState refuses two todos with the same id")
+    func decodeStateDuplicateIDs() throws {
+        let json = try JSON(parsing: #"{"filter":"all","todos":[{"id":"a","title":"x","completed":false,"createdAt":1},{"id":"a","title":"y","completed":true,"createdAt":2}]}"#)
+        #expect(throws: AppCodingError(#"two todos have id "a"; ids are unique"#)) { try TodosApp().decodeState(json) }
+    }
 }
