@@ -12,6 +12,8 @@ import PackageDescription
 ///              StoreCore   SyncProtocol      (the store; the wire: JSON, frames, messages, digest)
 let package = Package(
     name: "StoreSync",
+    // Synchronization's Mutex and Atomic need these; Linux has no minimum.
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "StoreCore", targets: ["StoreCore"]),
         .library(name: "SyncProtocol", targets: ["SyncProtocol"]),

@@ -138,7 +138,12 @@ public enum AppCommandParsing {
         do {
             value = try JSON(parsing: line)
         } catch {
-            throw AppCodingError("not a JSON action or a known command: \(error.description)")
+            // A line that does not even start like an object is a mistyped command, not bad JSON.
+            guard line.drop(while: { $0 == " " || $0 == "\t" }).first == "{" else {
+                let word = splitWord(line[...]).word
+                throw AppCodingError("unknown command \"\(word)\"; give a shorthand command (:help lists them) or a JSON action such as {\"type\":\"increment\"}")
+            }
+            throw AppCodingError("not a valid JSON action: \(error.description)")
         }
         guard case .object(let members) = value, members["type"]?.stringValue != nil else {
             throw AppCodingError("an action is a JSON object with a string \"type\", e.g. {\"type\":\"increment\"}")

@@ -21,7 +21,8 @@ struct Interactive<App: SyncApp> {
         let json = self.json
         if json {
             Console.out(JSON.object(["type": "attached", "hub": .string(replica.hubID), "replica": JSON(me),
-                                     "app": .string(App.fingerprint), "seq": JSON(replica.welcomeSeq),
+                                     "app": .string(App.name), "fingerprint": .string(App.fingerprint),
+                                     "seq": JSON(replica.welcomeSeq),
                                      "digest": .string(app.digest(of: replica.store.state))]).canonicalString)
         } else {
             Console.out("attached to hub \(replica.hubID) as replica \(me) — app \(App.fingerprint), seq \(replica.welcomeSeq), digest \(app.digest(of: replica.store.state)); type :help")
@@ -87,9 +88,9 @@ struct Interactive<App: SyncApp> {
             command = try replica.app.command(line)
         } catch {
             if json {
-                Console.out(JSON.object(["type": "error", "error": ["code": "bad-command", "message": .string(error.message)]]).canonicalString)
+                Console.out(JSON.object(["type": "error", "error": WireError(.badAction, error.message).json]).canonicalString)
             } else {
-                Console.out("error: \(error.message) (:help lists the commands)")
+                Console.out("error: \(error.message)")
             }
             return
         }

@@ -6,6 +6,7 @@ import Musl
 import Darwin
 #endif
 import BuiltinApps
+import Foundation
 import StoreReplica
 import SyncCore
 import SyncPOSIX
@@ -25,10 +26,12 @@ let usage = """
                              so a later line (such as a thunk) sees the effect of earlier ones.
                              :digest first waits for everything sequenced so far, then prints
                              "seq N digest D". With --json every output line is one JSON object:
-                             {"type":"attached","app":…,"digest":…,"hub":…,"replica":…,"seq":…}
-                             first, then each action as in watch, {"type":"rejected","id":…,
-                             "error":{…}}, {"type":"error","error":{…}} for a line that is not
-                             an action, and {"type":"digest","digest":…,"seq":…} for :digest.
+                             {"type":"attached","app":…,"digest":…,"fingerprint":…,"hub":…,
+                             "replica":…,"seq":…} first, then each action as in watch,
+                             {"type":"rejected","id":…,"error":{…}} for a refusal by the hub,
+                             {"type":"error","error":{"code":"bad-action",…}} for a line that is
+                             not an action, and {"type":"digest","digest":…,"seq":…} for :digest.
+                             SIGINT or SIGTERM ends it with exit 0.
       dispatch ACTION…       Send each ACTION (one argument each: JSON or shorthand) in order,
                              print the seq the hub gave it, one per line, and exit 0. On a
                              refusal print "replica-cli: CODE: MESSAGE" to stderr and exit 1
@@ -37,7 +40,8 @@ let usage = """
                              pointer P with --pointer) and exit. With --json print
                              {"digest":…,"seq":…,"state":…}; the digest is always of the whole state.
       watch                  Print every sequenced action as one JSON line (NDJSON):
-                             {"action":…,"id":…,"origin":…,"seq":…}, until interrupted.
+                             {"action":…,"id":…,"origin":…,"seq":…}, until SIGINT or SIGTERM
+                             (exit 0) or until the hub goes (exit 1).
       status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
                              attached replicas). With --json print the hub's status message.
 
@@ -160,6 +164,9 @@ struct ReplicaCLI {
 
     static func run<App: SyncApp>(_ app: App, over connection: HubConnection, command: String,
                                   options: Options) async throws(ReplicaError) {
+        // Bad arguments are usage errors before anything attaches to the hub.
+        let actions = command == "dispatch" ? options.arguments.map { wireAction(app, $0) } : []
+        if command == "watch" || command == "attach" { exitOnTerminationSignal() }
         // Observers go in before reading starts, so no sequenced action is missed.
         let replica = try Replica.attach(app: app, over: connection, name: options.name, startReading: false)
         defer { replica.close() }
@@ -168,8 +175,7 @@ struct ReplicaCLI {
             try printState(replica, options: options)
         case "dispatch":
             replica.startReading()
-            for argument in options.arguments {
-                let json = try wireAction(app, argument)
+            for json in actions {
                 let seq = try await replica.dispatch(json: json)
                 Console.out("\(seq)")
             }
@@ -188,7 +194,21 @@ struct ReplicaCLI {
         }
     }
 
-    static func wireAction<App: SyncApp>(_ app: App, _ text: String) throws(ReplicaError) -> JSON {
+    /// Ends the process with status 0 on SIGINT or SIGTERM (watch and attach run until then).
+    static func exitOnTerminationSignal() {
+        let signals: Int32
+        do throws(SystemError) {
+            signals = try SignalPipe.install()
+        } catch {
+            return
+        }
+        Thread.detachNewThread {
+            _ = UnixSocket.waitUntil(signals, timeoutMilliseconds: -1)
+            exit(0)
+        }
+    }
+
+    static func wireAction<App: SyncApp>(_ app: App, _ text: String) -> JSON {
         do {
             switch try app.command(text) {
             case .action(let json): return json

@@ -323,7 +323,7 @@ struct CounterAppTests {
     @Test("garbage throws AppCodingError")
     func garbage() throws {
         let error = try #require(throws: AppCodingError.self) { try app.command("jump around") }
-        #expect(error.message.hasPrefix("not a JSON action or a known command: invalid JSON at byte 0"))
+        #expect(error.message.hasPrefix("unknown command \""))
         #expect(throws: AppCodingError(#"an action is a JSON object with a string "type", e.g. {"type":"increment"}"#)) {
             try app.command("[1,2]")
         }
@@ -332,4 +332,10 @@ struct CounterAppTests {
         }
         #expect(throws: AppCodingError.self) { try app.command("") }
     }
+}
+
+@Test("a line that starts like JSON but is broken gets the parser's message")
+func brokenJSONLine() throws {
+    let error = try #require(throws: AppCodingError.self) { try CounterApp().command(#"{"type":"#) }
+    #expect(error.message.hasPrefix("not a valid JSON action: invalid JSON at byte"))
 }

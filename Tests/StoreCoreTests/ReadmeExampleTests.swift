@@ -5,6 +5,7 @@ import Testing
 
 // BEGIN README StoreCore example
 import StoreCore
+import Synchronization
 
 struct Counter: Reducer {
     struct State: Sendable, Equatable { var count = 0 }
@@ -18,31 +19,29 @@ struct Counter: Reducer {
     }
 }
 
+/// Callbacks are `@Sendable`, so they record into something thread-safe.
+final class Seen: Sendable {
+    let counts = Mutex<[Int]>([])
+}
+
 func readmeExample() -> [Int] {
     let store = Store(
         initialState: Counter.State(),
         reducer: Counter(),
         enhancer: .applyMiddleware(.thunk, .logging(to: { print($0) }))
     )
-    var seen: [Int] = []
-    let box = SeenBox()
-    let token = store.subscribe(to: { $0.count }) { box.append($0) }   // fires only on change
+    let seen = Seen()
+    let token = store.subscribe(to: { $0.count }) { count in      // fires only on change
+        seen.counts.withLock { $0.append(count) }
+    }
     store.dispatch(.increment)
-    store.dispatch(Thunk { context in                                    // side effects live in thunks
+    store.dispatch(Thunk { context in                              // side effects live in thunks
         if context.getState().count < 2 { context.send(.increment) }
     })
     token.cancel()
-    seen = box.values
-    return seen                                                          // [1, 2]
+    return seen.counts.withLock { $0 }                             // [1, 2]
 }
 // END README StoreCore example
-
-import Synchronization
-final class SeenBox: Sendable {
-    private let storage = Mutex<[Int]>([])
-    func append(_ value: Int) { storage.withLock { $0.append(value) } }
-    var values: [Int] { storage.withLock { $0 } }
-}
 
 @Test("the README's StoreCore example does what the README says")
 func readmeExampleRuns() {
