@@ -5,73 +5,180 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Dispatch
+import Foundation
 import SyncCore
 import SyncPOSIX
 import Synchronization
 
-/// The replica's sending side: frames to the hub, coalesced, from any thread.
+/// The replica's sending side: frames to the hub, from any thread, never blocking the
+/// store's dispatch lock on I/O.
 ///
-/// Frames are appended to a buffer under a lock; the first thread to find no write in
-/// progress becomes the writer and writes everything pending (its own frame and any that
-/// others appended meanwhile) in as few `write` calls as possible. Other threads return
-/// at once. So a burst of dispatches from many tasks costs a handful of system calls.
+/// A send appends its frame under a lock. If no write is in progress and nothing is
+/// queued, the sender writes the frame itself without blocking (`MSG_DONTWAIT`): one system
+/// call, no thread hand-off, so an isolated dispatch is as fast as a direct write. Whatever
+/// the socket does not take at once, and every frame sent while a write is in progress, is
+/// queued; a writer thread owned by this object drains the queue with blocking writes, as
+/// many frames per `write` as are queued. A sender therefore never waits for the hub —
+/// which matters because the store calls `send` while holding its dispatch lock, and the
+/// replica's reader needs that lock to apply incoming actions. Past `maxQueuedBytes` of
+/// backlog a sender does wait (backpressure), until the writer has caught up.
 final class Upstream: Sendable {
     let fd: Int32
     private let state = Mutex<State>(State())
     private let nextID = Atomic<Int>(1)
+    /// Wakes the writer thread; signalled once per hand-off.
+    private let wakeWriter = DispatchSemaphore(value: 0)
+    /// Wakes senders waiting for the backlog to shrink.
+    private let roomAvailable = DispatchSemaphore(value: 0)
+    /// The backlog at which senders start to wait.
+    let maxQueuedBytes: Int
 
     private struct State {
         var pending: [UInt8] = []
-        var writing = false
+        /// A sender or the writer thread is writing; new frames go to `pending`.
+        var busy = false
         var failure: String?
         /// Set once the descriptor is closed; it may then belong to another file.
         var closed = false
+        var writerStarted = false
+        var waitingForRoom = 0
     }
 
-    init(fd: Int32) { self.fd = fd }
+    init(fd: Int32, maxQueuedBytes: Int = 8 << 20) {
+        self.fd = fd
+        self.maxQueuedBytes = maxQueuedBytes
+    }
 
     /// A fresh dispatch id, unique on this connection.
     func makeID() -> DispatchID { .number(nextID.add(1, ordering: .relaxed).oldValue) }
 
-    /// Queues one frame and writes it (and whatever else is queued) unless another thread is writing.
+    /// Sends one frame: directly when the line is idle, else through the writer thread.
     ///
     /// - Returns: `nil`, or why the connection cannot take writes.
     @discardableResult
     func send(_ message: ClientMessage) -> String? {
         let frame = Frame.encode(message)
-        var batch: [UInt8] = state.withLock { state -> [UInt8] in
-            if state.failure != nil { return [] }
+        enum Plan { case failed(String), direct, queued(wake: Bool, wait: Bool) }
+        let plan = state.withLock { state -> Plan in
+            if let failure = state.failure { return .failed(failure) }
+            if !state.busy && state.pending.isEmpty {
+                state.busy = true
+                return .direct
+            }
             state.pending.append(contentsOf: frame)
-            if state.writing { return [] }
-            state.writing = true
-            defer { state.pending.removeAll(keepingCapacity: true) }
-            return state.pending
+            let wait = state.pending.count > maxQueuedBytes
+            if wait { state.waitingForRoom += 1 }
+            if !state.busy {
+                state.busy = true
+                return .queued(wake: true, wait: wait)
+            }
+            return .queued(wake: false, wait: wait)
         }
-        if batch.isEmpty { return state.withLock { $0.failure } }
-        while !batch.isEmpty {
+        switch plan {
+        case .failed(let failure):
+            return failure
+        case .direct:
+            var written = 0
             var failure: String?
-            do throws(SystemError) {
-                try UnixSocket.writeAll(fd, batch)
-            } catch {
-                failure = error.message
-            }
-            batch = state.withLock { state -> [UInt8] in
-                if let failure { state.failure = failure }
-                if state.failure != nil || state.pending.isEmpty {
-                    state.writing = false
-                    state.pending.removeAll()
-                    return []
+            frame.withUnsafeBytes { bytes in
+                while written < bytes.count {
+                    switch UnixSocket.write(fd, UnsafeRawBufferPointer(rebasing: bytes[written...]), dontWait: true) {
+                    case .bytes(let n): written += n
+                    case .wouldBlock, .endOfFile: return
+                    case .failed(let code):
+                        failure = code == EPIPE || code == ECONNRESET
+                            ? "the hub closed the connection" : "write failed: \(SystemError.describe(errno: code))"
+                        return
+                    }
                 }
-                defer { state.pending.removeAll(keepingCapacity: true) }
-                return state.pending
             }
+            let handOff = state.withLock { state -> Bool in
+                if let failure, state.failure == nil { state.failure = failure }
+                if state.failure != nil {
+                    state.pending.removeAll()
+                    state.busy = false
+                    return false
+                }
+                if written < frame.count {
+                    state.pending.insert(contentsOf: frame[written...], at: 0)
+                }
+                if state.pending.isEmpty {
+                    state.busy = false
+                    return false
+                }
+                return true
+            }
+            if handOff { startWriterAndWake() }
+            return failure
+        case .queued(let wake, let wait):
+            if wake { startWriterAndWake() }
+            if wait { roomAvailable.wait() }
+            return state.withLock { $0.failure }
         }
-        return state.withLock { $0.failure }
     }
 
-    /// Marks the connection closed for writing.
+    private func startWriterAndWake() {
+        let start = state.withLock { state -> Bool in
+            defer { state.writerStarted = true }
+            return !state.writerStarted
+        }
+        if start {
+            let thread = Thread { [self] in writerLoop() }
+            thread.name = "StoreSync replica writer"
+            thread.start()
+        }
+        wakeWriter.signal()
+    }
+
+    /// Drains `pending` with blocking writes; sleeps while there is nothing to write.
+    private func writerLoop() {
+        while true {
+            wakeWriter.wait()
+            while true {
+                let (batch, exit) = state.withLock { state -> ([UInt8], Bool) in
+                    if state.failure != nil || state.pending.isEmpty {
+                        state.busy = false
+                        state.pending.removeAll()
+                        return ([], state.failure != nil)
+                    }
+                    defer { state.pending.removeAll(keepingCapacity: true) }
+                    return (state.pending, false)
+                }
+                if batch.isEmpty {
+                    releaseWaitingSenders()
+                    if exit { return }
+                    break
+                }
+                var failure: String?
+                do throws(SystemError) {
+                    try UnixSocket.writeAll(fd, batch)
+                } catch {
+                    failure = error.message
+                }
+                if let failure { fail(failure) }
+                releaseWaitingSenders()
+            }
+        }
+    }
+
+    private func releaseWaitingSenders() {
+        let waiting = state.withLock { state -> Int in
+            defer { state.waitingForRoom = 0 }
+            return state.waitingForRoom
+        }
+        for _ in 0..<waiting { roomAvailable.signal() }
+    }
+
+    /// Marks the connection closed for writing; queued frames are dropped.
     func fail(_ reason: String) {
-        state.withLock { if $0.failure == nil { $0.failure = reason } }
+        let wake = state.withLock { state -> Bool in
+            if state.failure == nil { state.failure = reason }
+            return state.writerStarted
+        }
+        // The writer thread wakes, finds the failure, releases waiting senders and exits.
+        if wake { wakeWriter.signal() }
+        releaseWaitingSenders()
     }
 
     /// Shuts the socket down both ways (the reader then sees end of file), unless already closed.
@@ -88,10 +195,12 @@ final class Upstream: Sendable {
 
     /// Closes the descriptor once no write is in flight; later sends fail without touching it.
     func closeDescriptor(reason: String) {
+        fail(reason)
+        // A blocking write in flight (the writer thread's) fails at once on a shut-down socket.
+        shutdown()
         while true {
             let done = state.withLock { state -> Bool in
-                if state.failure == nil { state.failure = reason }
-                guard !state.writing else { return false }
+                guard !state.busy else { return false }
                 if !state.closed {
                     state.closed = true
                     UnixSocket.close(fd)
@@ -99,7 +208,7 @@ final class Upstream: Sendable {
                 return true
             }
             if done { return }
-            // A writer is inside write(2) on a socket already failed or shut down: it returns promptly.
+            // A write in flight on a failed or shut-down socket returns promptly.
             sched_yield()
         }
     }

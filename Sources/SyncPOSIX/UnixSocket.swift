@@ -163,14 +163,16 @@ public enum UnixSocket {
     /// - Parameters:
     ///   - fd: The descriptor.
     ///   - bytes: The bytes.
+    ///   - dontWait: Never block, even on a blocking descriptor (`MSG_DONTWAIT`).
     /// - Returns: The outcome.
-    public static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> IOResult {
+    public static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, dontWait: Bool = false) -> IOResult {
         guard bytes.count > 0 else { return .bytes(0) }
+        let wait = dontWait ? Int32(MSG_DONTWAIT) : 0
         while true {
             #if canImport(Darwin)
-            let n = send(fd, bytes.baseAddress, bytes.count, 0)
+            let n = send(fd, bytes.baseAddress, bytes.count, wait)
             #else
-            let n = send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
+            let n = send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL) | wait)
             #endif
             if n >= 0 { return .bytes(n) }
             switch currentErrno() {
