@@ -278,7 +278,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     ///
     /// - Parameter action: The action.
     /// - Throws: The reducer's failure; the state is then unchanged.
-    package func apply(_ action: Action) throws(R.Failure) {
+    @inlinable package func apply(_ action: Action) throws(R.Failure) {
         try receive(action)
     }
 

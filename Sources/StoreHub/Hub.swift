@@ -23,6 +23,8 @@ import Synchronization
 public final class Hub<App: SyncApp>: Sendable {
     /// The app every replica must run.
     public let app: App
+    /// The app's work (decode, apply, snapshot), specialised where the hub was created.
+    @usableFromInline let engine: HubEngine
     /// The configuration.
     public let configuration: HubConfiguration
     /// This run's id, 16 hex digits, sent in `welcome` and `status`.
@@ -40,8 +42,16 @@ public final class Hub<App: SyncApp>: Sendable {
     ///   - app: The app.
     ///   - configuration: Where to listen and the limits.
     /// - Throws: ``SystemError`` when the path is too long or unusable, or a live hub owns it.
-    public init(app: App, configuration: HubConfiguration) throws(SystemError) {
+    @inlinable
+    public convenience init(app: App, configuration: HubConfiguration) throws(SystemError) {
+        // Inlinable so the engine's closures are specialised for `App` in the caller's module.
+        try self.init(app: app, engine: HubEngine(app: app), configuration: configuration)
+    }
+
+    @usableFromInline
+    init(app: App, engine: HubEngine, configuration: HubConfiguration) throws(SystemError) {
         self.app = app
+        self.engine = engine
         self.configuration = configuration
         self.hubID = Digest.hex(UInt64.random(in: 0...UInt64.max))
         UnixSocket.ignoreBrokenPipes()
@@ -90,7 +100,7 @@ public final class Hub<App: SyncApp>: Sendable {
         guard !running.exchange(true, ordering: .sequentiallyConsistent) else {
             throw SystemError("this hub is already running")
         }
-        let loop = HubLoop(app: app, configuration: configuration, hubID: hubID)
+        let loop = HubLoop(engine: engine, configuration: configuration, hubID: hubID)
         configuration.log("hubd: serving app \(App.fingerprint) on \(configuration.socketPath) (hub \(hubID))")
         try loop.serve(listener: listener, wake: wakeRead, stopFD: stopFD, stopRequested: stopRequested)
         configuration.log("hubd: stopped at seq \(loop.seq); socket \(configuration.socketPath) removed")

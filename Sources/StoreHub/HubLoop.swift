@@ -33,11 +33,11 @@ final class Connection {
 /// The hub's event loop and everything it owns: sockets, the root store, the sequence.
 ///
 /// Single-threaded by design: `serve` runs on one thread and nothing else touches this object.
-final class HubLoop<App: SyncApp> {
-    let app: App
+/// Not generic: the app is reached through `engine`, whose closures are specialised for it.
+final class HubLoop {
+    let engine: HubEngine
     let configuration: HubConfiguration
     let hubID: String
-    let store: Store<App>
     /// The seq of the last sequenced action (0 before the first).
     private(set) var seq: UInt64 = 0
 
@@ -49,11 +49,10 @@ final class HubLoop<App: SyncApp> {
     private var batch: [UInt8] = []
     private let readBuffer: UnsafeMutableRawBufferPointer
 
-    init(app: App, configuration: HubConfiguration, hubID: String) {
-        self.app = app
+    init(engine: HubEngine, configuration: HubConfiguration, hubID: String) {
+        self.engine = engine
         self.configuration = configuration
         self.hubID = hubID
-        self.store = Store(initialState: app.initialState, reducer: app)
         self.readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
         batch.reserveCapacity(64 << 10)
     }
@@ -68,7 +67,11 @@ final class HubLoop<App: SyncApp> {
         while !stopRequested.load(ordering: .relaxed) {
             pollSet.removeAll(keepingCapacity: true)
             order.removeAll(keepingCapacity: true)
-            pollSet.append(pollfd(fd: listener, events: Int16(POLLIN), revents: 0))
+            if let until = acceptPausedUntil, ContinuousClock.now >= until {
+                acceptPausedUntil = nil
+            }
+            // While accepting is paused (out of descriptors), poll ignores the listener (fd -1).
+            pollSet.append(pollfd(fd: acceptPausedUntil == nil ? listener : -1, events: Int16(POLLIN), revents: 0))
             pollSet.append(pollfd(fd: wake, events: Int16(POLLIN), revents: 0))
             pollSet.append(pollfd(fd: stopFD ?? -1, events: Int16(POLLIN), revents: 0))
             var closingSoon = false
@@ -79,7 +82,7 @@ final class HubLoop<App: SyncApp> {
                 pollSet.append(pollfd(fd: connection.fd, events: events, revents: 0))
                 order.append(connection)
             }
-            let ready = poll(&pollSet, nfds_t(pollSet.count), closingSoon ? 100 : -1)
+            let ready = poll(&pollSet, nfds_t(pollSet.count), closingSoon || acceptPausedUntil != nil ? 100 : -1)
             if ready < 0 {
                 if currentErrno() == EINTR { continue }
                 throw SystemError.lastCall("poll")
@@ -106,13 +109,29 @@ final class HubLoop<App: SyncApp> {
         while scratch.withUnsafeMutableBytes({ read(fd, $0.baseAddress, $0.count) }) > 0 {}
     }
 
+    /// Set while new connections are not accepted because accepting failed (e.g. the process
+    /// is out of file descriptors): the listener stays readable, so polling it would spin.
+    private var acceptPausedUntil: ContinuousClock.Instant?
+    /// Whether the last accept failed (so the failure is logged once, not every 100 ms).
+    private var acceptFailing = false
+
     private func acceptAll(_ listener: Int32) {
         while true {
             do {
                 guard let fd = try UnixSocket.accept(listener) else { return }
+                if acceptFailing {
+                    acceptFailing = false
+                    configuration.log("hubd: accepting connections again")
+                }
                 connections[fd] = Connection(fd: fd, maxFrameBytes: configuration.maxFrameBytes)
             } catch {
-                configuration.log("hubd: accept failed: \(error.message)")
+                // Connected clients carry on; new ones wait in the listen backlog meanwhile,
+                // and accepting is retried every 100 ms.
+                if !acceptFailing {
+                    acceptFailing = true
+                    configuration.log("hubd: cannot accept new connections: \(error.message); waiting clients stay queued and accepting is retried every 100 ms (raise the open-files limit, ulimit -n, if this persists)")
+                }
+                acceptPausedUntil = .now + .milliseconds(100)
                 return
             }
         }
@@ -186,12 +205,12 @@ final class HubLoop<App: SyncApp> {
             fail(connection, WireError(.protocolMismatch, "this hub speaks protocol \(syncProtocolVersion), the client asked for \(version); upgrade the older side"))
             return
         }
-        guard appName == App.name else {
-            fail(connection, WireError(.appMismatch, "this hub runs app \"\(App.name)\", not \"\(appName)\"; start the replica with --app \(App.name) or run a hub for \(appName)"))
+        guard appName == engine.appName else {
+            fail(connection, WireError(.appMismatch, "this hub runs app \"\(engine.appName)\", not \"\(appName)\"; start the replica with --app \(engine.appName) or run a hub for \(appName)"))
             return
         }
-        if let fingerprint, fingerprint != App.fingerprint {
-            fail(connection, WireError(.appMismatch, "this hub runs \(App.fingerprint), the replica has \(fingerprint); both sides must run the same reducer version"))
+        if let fingerprint, fingerprint != engine.fingerprint {
+            fail(connection, WireError(.appMismatch, "this hub runs \(engine.fingerprint), the replica has \(fingerprint); both sides must run the same reducer version"))
             return
         }
         // Everything sequenced so far goes out before the snapshot, so the new replica's
@@ -201,7 +220,7 @@ final class HubLoop<App: SyncApp> {
         nextReplica += 1
         connection.replica = replica
         connection.name = name ?? ""
-        let state = app.encodeState(store.state)
+        let state = engine.snapshot()
         let digest = Digest.of(state)
         connection.out.append(contentsOf: Frame.encode(.welcome(hub: hubID, replica: replica, seq: seq, state: state, digest: digest)))
         attached.append(connection)
@@ -210,20 +229,17 @@ final class HubLoop<App: SyncApp> {
 
     private func dispatch(_ connection: Connection, id: DispatchID, action json: JSON) {
         guard let origin = connection.replica else {
-            fail(connection, WireError(.notAttached, "dispatch before hello; send {\"type\":\"hello\",\"protocol\":\(syncProtocolVersion),\"app\":\"\(App.name)\"} first"))
+            fail(connection, WireError(.notAttached, "dispatch before hello; send {\"type\":\"hello\",\"protocol\":\(syncProtocolVersion),\"app\":\"\(engine.appName)\"} first"))
             return
         }
-        let action: App.Action
-        do {
-            action = try app.decodeAction(json)
-        } catch {
-            send(.reject(id: id, error: WireError(.badAction, error.message)), to: connection)
+        switch engine.apply(json) {
+        case .applied:
+            break
+        case .badAction(let message):
+            send(.reject(id: id, error: WireError(.badAction, message)), to: connection)
             return
-        }
-        do {
-            try store.apply(action)
-        } catch {
-            send(.reject(id: id, error: WireError(.rejected, app.describe(error))), to: connection)
+        case .rejected(let message):
+            send(.reject(id: id, error: WireError(.rejected, message)), to: connection)
             return
         }
         seq += 1
@@ -231,8 +247,8 @@ final class HubLoop<App: SyncApp> {
     }
 
     private func status() -> HubStatus {
-        HubStatus(protocolVersion: syncProtocolVersion, app: App.name, fingerprint: App.fingerprint, hub: hubID,
-                  seq: seq, digest: app.digest(of: store.state),
+        HubStatus(protocolVersion: syncProtocolVersion, app: engine.appName, fingerprint: engine.fingerprint, hub: hubID,
+                  seq: seq, digest: Digest.of(engine.snapshot()),
                   replicas: attached.compactMap { c in c.replica.map { ReplicaInfo(replica: $0, name: c.name) } })
     }
 

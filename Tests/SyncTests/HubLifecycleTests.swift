@@ -132,3 +132,40 @@ extension MultiProcessTests {
         }
     }
 }
+
+extension MultiProcessTests {
+    @Suite("Resource exhaustion")
+    struct ResourceExhaustion {
+        @Test("out of file descriptors, hubd keeps serving its clients, logs once, and accepts again later")
+        func outOfDescriptors() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            // A low open-files limit: the hub's own descriptors plus a handful of clients.
+            let hub = try fixture.spawn("/bin/sh", ["-c", "ulimit -n 16 && exec \"$0\" --socket \"$1\" --app json",
+                                                     try Executables.url("hubd").path, fixture.socket])
+            try await waitUntil("hubd to listen") { (try? HubStatusProbe.status(fixture.socket)) != nil }
+            let first = try RawClient(path: fixture.socket)
+            defer { first.close() }
+            try first.send(["type": "hello", "protocol": 1, "app": "json", "name": "first"])
+            #expect(try first.receive()["type"] == "welcome")
+            var extra: [RawClient] = []
+            defer { extra.forEach { $0.close() } }
+            for _ in 0..<20 { extra.append(try RawClient(path: fixture.socket)) }   // queue up beyond the limit
+            try await waitUntil("the hub to report that it cannot accept") {
+                hub.errorLines.contains { $0.contains("cannot accept new connections") }
+            }
+            // The attached client is still served while accepting is paused.
+            try first.send(["type": "dispatch", "id": 1, "action": ["type": "set", "path": "/a", "value": 1]])
+            #expect(try first.receive()["seq"] == 1)
+            // Free the descriptors: the queued connections are accepted and served.
+            extra.forEach { $0.close() }
+            extra.removeAll()
+            try await waitUntil("the hub to accept again") { (try? HubStatusProbe.status(fixture.socket))?.seq == 1 }
+            // Logged once per episode of failures (the old loop logged, and spun, thousands of times a second).
+            let episodes = hub.errorLines.filter { $0.contains("cannot accept new connections") }.count
+            #expect((1...20).contains(episodes), "\(episodes) accept-failure episodes logged")
+            #expect(hub.errorLines.contains { $0.contains("accepting connections again") })
+            #expect(hub.isRunning)
+        }
+    }
+}

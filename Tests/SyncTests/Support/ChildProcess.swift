@@ -53,7 +53,8 @@ final class ChildProcess: Sendable {
 
     init(_ executable: String, _ arguments: [String], name: String? = nil) throws {
         let process = Process()
-        process.executableURL = try Executables.url(executable)
+        // A bare name is one of the package's executables; an absolute path is used as is.
+        process.executableURL = executable.hasPrefix("/") ? URL(fileURLWithPath: executable) : try Executables.url(executable)
         process.arguments = arguments
         let stdinPipe = Pipe(), stdoutPipe = Pipe(), stderrPipe = Pipe()
         process.standardInput = stdinPipe
