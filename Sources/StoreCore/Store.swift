@@ -272,6 +272,32 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
         }
     }
 
+    /// Applies a run of sequenced actions in one hold of the dispatch lock.
+    ///
+    /// `body` is called once with an `apply` function; each call applies one action with the
+    /// reducer (skipping middleware), notifies subscribers, and runs what they dispatched,
+    /// exactly as ``receive(_:)`` would. A replica's reader uses it for every frame of one
+    /// read, so the lock is taken once per batch instead of once per action.
+    ///
+    /// - Parameter body: Calls `apply` for each action, in order; stops at a refusal.
+    @inlinable package func receiveBatch(_ body: (_ apply: (Action) throws(R.Failure) -> Void) -> Void) {
+        let me = currentThreadID()
+        if owner.load(ordering: .relaxed) == me {
+            // Already inside a dispatch on this thread (a subscriber reading frames): apply inline.
+            body { (action: Action) throws(R.Failure) in try applyThrowing(action) }
+            return
+        }
+        drain.withLock { context in
+            owner.store(me, ordering: .relaxed)
+            let chain = context.chain
+            body { (action: Action) throws(R.Failure) in
+                try applyThrowing(action)
+                drainQueue(chain)
+            }
+            owner.store(0, ordering: .relaxed)
+        }
+    }
+
     /// Applies an action directly with the reducer, reporting a refusal to the caller.
     ///
     /// The hub validates every dispatch this way before giving it a sequence number.

@@ -154,9 +154,10 @@ final class HubLoop {
             return
         }
         while connection.closeBy == nil, connections[connection.fd] === connection {
-            let payload: [UInt8]?
-            do {
-                payload = try connection.decoder.nextFrame()
+            let handled: Void?
+            do throws(FrameError) {
+                // Zero-copy: the payload is parsed where it lies in the decoder's buffer.
+                handled = try connection.decoder.decodeNext { payload in handle(payload, from: connection) }
             } catch {
                 switch error {
                 case .emptyFrame:
@@ -166,12 +167,11 @@ final class HubLoop {
                 }
                 return
             }
-            guard let payload else { return }
-            handle(payload, from: connection)
+            guard handled != nil else { return }
         }
     }
 
-    private func handle(_ payload: [UInt8], from connection: Connection) {
+    private func handle(_ payload: UnsafeRawBufferPointer, from connection: Connection) {
         let json: JSON
         do {
             json = try JSON(parsing: payload)

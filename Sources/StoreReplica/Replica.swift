@@ -315,12 +315,7 @@ public final class Replica<App: SyncApp>: Sendable {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
         defer { buffer.deallocate() }
         while true {
-            while true {
-                let frame: [UInt8]?
-                do { frame = try decoder.nextFrame() } catch { return .protocolViolation(error.description) }
-                guard let frame else { break }
-                if let failure = handle(frame) { return failure }
-            }
+            if let failure = handleFrames(&decoder) { return failure }
             switch UnixSocket.read(upstream.fd, into: buffer) {
             case .bytes(let count):
                 decoder.append(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
@@ -334,8 +329,26 @@ public final class Replica<App: SyncApp>: Sendable {
         }
     }
 
+    /// Handles every complete frame buffered in `decoder`, applying actions in one hold of
+    /// the store's dispatch lock; returns a reason to stop, or `nil` to read more.
+    private func handleFrames(_ decoder: inout FrameDecoder) -> ReplicaError? {
+        var failure: ReplicaError?
+        store.receiveBatch { apply in
+            while failure == nil {
+                do throws(FrameError) {
+                    guard let outcome = try decoder.decodeNext({ payload in handle(payload, apply: apply) }) else { return }
+                    failure = outcome
+                } catch {
+                    failure = .protocolViolation(error.description)
+                }
+            }
+        }
+        return failure
+    }
+
     /// Handles one frame from the hub; returns a reason to stop, or `nil` to go on.
-    private func handle(_ frame: [UInt8]) -> ReplicaError? {
+    private func handle(_ frame: UnsafeRawBufferPointer,
+                        apply: (App.Action) throws(App.Failure) -> Void) -> ReplicaError? {
         let message: HubMessage
         do {
             message = try HubMessage(json: JSON(parsing: frame))
@@ -356,8 +369,8 @@ public final class Replica<App: SyncApp>: Sendable {
             } catch {
                 return .diverged("sequenced action \(seq) does not decode here: \(error.message)")
             }
-            do {
-                try store.receive(action)
+            do throws(App.Failure) {
+                try apply(action)
             } catch {
                 return .diverged("this replica's reducer refused sequenced action \(seq): \(app.describe(error))")
             }

@@ -141,6 +141,19 @@ public struct FrameDecoder: Sendable {
         }
     }
 
+    /// Removes the next complete frame and lends its payload to `body` without copying.
+    ///
+    /// The hot-path form of ``nextFrame()``: no allocation per frame. The buffer passed to
+    /// `body` is valid only during the call.
+    /// - Parameter body: Reads the payload.
+    /// - Returns: What `body` returned, or `nil` when more bytes are needed.
+    /// - Throws: ``FrameError`` for a bad header (which is not consumed).
+    public mutating func decodeNext<R>(_ body: (UnsafeRawBufferPointer) -> R) throws(FrameError) -> R? {
+        guard let range = try nextPayloadRange() else { return nil }
+        defer { consume(upTo: range.upperBound) }
+        return storage.withUnsafeBytes { raw in body(UnsafeRawBufferPointer(rebasing: raw[range])) }
+    }
+
     /// The storage range of the next payload, `nil` if incomplete; validates the header.
     private func nextPayloadRange() throws(FrameError) -> Range<Int>? {
         let available = storage.count - readOffset
