@@ -45,8 +45,10 @@ extension Store {
     public func selection<Value: Equatable & Sendable>(
         _ selector: @escaping @Sendable (State) -> Value
     ) -> Selection<Value> {
-        let selection = Selection(initial: selector(state))
-        let token = subscribe(to: selector) { [weak selection] value in selection?.update(value) }
+        let selection = Selection(initial: selector(unobservedState))
+        // `sendCurrent` delivers the value at the moment of registration, atomically with it,
+        // so an action applied between reading the state above and subscribing is not missed.
+        let token = subscribe(to: selector, sendCurrent: true) { [weak selection] value in selection?.update(value) }
         selection.attach(token)
         return selection
     }

@@ -44,7 +44,7 @@ extension Store {
     public func replay() throws(R.Failure) -> State? {
         guard let log = core.withLock({ $0.history }), let first = log.entries.first else { return nil }
         var state = first.state
-        for entry in log.entries[1...log.cursor] {
+        for entry in log.entries.dropFirst().prefix(log.cursor) {
             if let action = entry.action { try reducer.reduce(into: &state, action: action) }
         }
         return state

@@ -21,6 +21,10 @@ final class Connection {
     var name = ""
     /// After an `error`: read nothing more, flush, then close (by `closeBy` at the latest).
     var closeBy: ContinuousClock.Instant?
+    /// The client closed (or half-closed) its side; frames already buffered are still handled.
+    var readEnded = false
+    /// The per-pass frame budget ran out with frames possibly still buffered.
+    var moreFrames = false
 
     init(fd: Int32, maxFrameBytes: Int) {
         self.fd = fd
@@ -75,14 +79,21 @@ final class HubLoop {
             pollSet.append(pollfd(fd: wake, events: Int16(POLLIN), revents: 0))
             pollSet.append(pollfd(fd: stopFD ?? -1, events: Int16(POLLIN), revents: 0))
             var closingSoon = false
+            var framesWaiting = false
             for connection in connections.values {
                 var events: Int16 = 0
-                if connection.closeBy == nil { events |= Int16(POLLIN) } else { closingSoon = true }
+                if connection.closeBy != nil {
+                    closingSoon = true
+                } else if !connection.readEnded {
+                    events |= Int16(POLLIN)
+                }
+                if connection.moreFrames && connection.closeBy == nil { framesWaiting = true }
                 if connection.pendingBytes > 0 { events |= Int16(POLLOUT) }
                 pollSet.append(pollfd(fd: connection.fd, events: events, revents: 0))
                 order.append(connection)
             }
-            let ready = poll(&pollSet, nfds_t(pollSet.count), closingSoon || acceptPausedUntil != nil ? 100 : -1)
+            let timeout: Int32 = framesWaiting ? 0 : (closingSoon || acceptPausedUntil != nil ? 100 : -1)
+            let ready = poll(&pollSet, nfds_t(pollSet.count), timeout)
             if ready < 0 {
                 if currentErrno() == EINTR { continue }
                 throw SystemError.lastCall("poll")
@@ -91,11 +102,14 @@ final class HubLoop {
             if pollSet[2].revents != 0 { break }
             if pollSet[0].revents != 0 { acceptAll(listener) }
             for (index, connection) in order.enumerated() {
+                guard connections[connection.fd] === connection, connection.closeBy == nil else { continue }
                 let revents = pollSet[index + 3].revents
-                guard revents != 0, connections[connection.fd] === connection else { continue }
-                if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0, connection.closeBy == nil {
-                    readAndHandle(connection)
+                if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0, !connection.readEnded {
+                    guard readFrom(connection) else { continue }
+                } else if !connection.moreFrames {
+                    continue
                 }
+                handleFrames(connection)
             }
             flushBatch()
             writeAll()
@@ -138,22 +152,40 @@ final class HubLoop {
     }
 
     /// Reads what one connection has sent and handles each complete frame.
-    private func readAndHandle(_ connection: Connection) {
+    /// The most frames handled for one connection per loop pass, so that a client
+    /// pipelining many frames cannot keep the loop from everyone else.
+    private static let framesPerPass = 256
+
+    /// Reads what one connection has sent into its decoder.
+    ///
+    /// - Returns: Whether the connection is still open.
+    private func readFrom(_ connection: Connection) -> Bool {
         switch UnixSocket.read(connection.fd, into: readBuffer) {
         case .bytes(let count):
             connection.decoder.append(UnsafeRawBufferPointer(rebasing: readBuffer[0..<count]))
         case .wouldBlock:
-            return
+            break
         case .endOfFile:
-            // The client is done sending (closed, or half-closed with SHUT_WR): it gets what
-            // is already queued for it, such as the acks of its last dispatches, then a close.
-            finishAfterFlush(connection)
-            return
+            // The client is done sending (closed, or half-closed with SHUT_WR). Frames already
+            // buffered are still handled; then it gets what is queued for it, and a close.
+            connection.readEnded = true
         case .failed:
             drop(connection, reason: "disconnected")
-            return
+            return false
         }
+        return true
+    }
+
+    /// Handles up to `framesPerPass` complete frames buffered for one connection.
+    private func handleFrames(_ connection: Connection) {
+        connection.moreFrames = false
+        var budget = Self.framesPerPass
         while connection.closeBy == nil, connections[connection.fd] === connection {
+            guard budget > 0 else {
+                connection.moreFrames = true
+                return
+            }
+            budget -= 1
             let handled: Void?
             do throws(FrameError) {
                 // Zero-copy: the payload is parsed where it lies in the decoder's buffer.
@@ -167,7 +199,10 @@ final class HubLoop {
                 }
                 return
             }
-            guard handled != nil else { return }
+            guard handled != nil else {
+                if connection.readEnded { finishAfterFlush(connection) }
+                return
+            }
         }
     }
 
@@ -220,9 +255,8 @@ final class HubLoop {
         nextReplica += 1
         connection.replica = replica
         connection.name = name ?? ""
-        let state = engine.snapshot()
-        let digest = Digest.of(state)
-        connection.out.append(contentsOf: Frame.encode(.welcome(hub: hubID, replica: replica, seq: seq, state: state, digest: digest)))
+        let snapshot = currentSnapshot()
+        appendWelcome(replica: replica, snapshot: snapshot, to: &connection.out)
         attached.append(connection)
         configuration.log("hubd: replica \(replica)\(connection.name.isEmpty ? "" : " (\(connection.name))") attached at seq \(seq)")
     }
@@ -248,8 +282,49 @@ final class HubLoop {
 
     private func status() -> HubStatus {
         HubStatus(protocolVersion: syncProtocolVersion, app: engine.appName, fingerprint: engine.fingerprint, hub: hubID,
-                  seq: seq, digest: Digest.of(engine.snapshot()),
+                  seq: seq, digest: currentSnapshot().digest,
                   replicas: attached.compactMap { c in c.replica.map { ReplicaInfo(replica: $0, name: c.name) } })
+    }
+
+    // MARK: - Snapshots
+
+    /// The state's canonical bytes and digest at one seq.
+    private struct Snapshot {
+        let seq: UInt64
+        let stateBytes: [UInt8]
+        let digest: String
+    }
+
+    /// Computed at most once per seq: `status` and `hello` at the same seq reuse it, so a
+    /// client asking again and again costs one serialisation, not one per request.
+    private var snapshotCache: Snapshot?
+
+    private func currentSnapshot() -> Snapshot {
+        if let cached = snapshotCache, cached.seq == seq { return cached }
+        let bytes = engine.snapshot().canonicalBytes
+        let snapshot = Snapshot(seq: seq, stateBytes: bytes, digest: Digest.hex(Digest.fnv1a64(bytes)))
+        snapshotCache = snapshot
+        return snapshot
+    }
+
+    /// Appends a `welcome` frame built around the cached canonical state bytes.
+    private func appendWelcome(replica: Int, snapshot: Snapshot, to buffer: inout [UInt8]) {
+        var payload: [UInt8] = []
+        payload.reserveCapacity(snapshot.stateBytes.count + 160)
+        payload.append(contentsOf: #"{"type":"welcome","protocol":"#.utf8)
+        JSON(syncProtocolVersion).writeCanonical(into: &payload)
+        payload.append(contentsOf: #","hub":"#.utf8)
+        JSON.string(hubID).writeCanonical(into: &payload)
+        payload.append(contentsOf: #","replica":"#.utf8)
+        JSON(replica).writeCanonical(into: &payload)
+        payload.append(contentsOf: #","seq":"#.utf8)
+        JSON(snapshot.seq).writeCanonical(into: &payload)
+        payload.append(contentsOf: #","digest":"#.utf8)
+        JSON.string(snapshot.digest).writeCanonical(into: &payload)
+        payload.append(contentsOf: #","state":"#.utf8)
+        payload.append(contentsOf: snapshot.stateBytes)
+        payload.append(UInt8(ascii: "}"))
+        Frame.append(payload: payload, to: &buffer)
     }
 
     // MARK: - Output
@@ -364,18 +439,27 @@ final class HubLoop {
         for connection in connections.values where connection.closeBy == nil {
             connection.out.append(contentsOf: Frame.encode(.error(WireError(.shuttingDown, "the hub is shutting down at seq \(seq); attach again when it is back"))))
         }
+        // One deadline for everyone: write what each socket takes, then wait in a single
+        // poll for any of them to take more, until all is written or 2 s have passed.
         let deadline = ContinuousClock.now + .seconds(2)
-        while ContinuousClock.now < deadline {
+        while true {
+            for connection in connections.values where connection.pendingBytes > 0 { write(connection) }
             let pending = connections.values.filter { $0.pendingBytes > 0 }
-            if pending.isEmpty { break }
-            for connection in pending {
-                write(connection)
-                if connection.pendingBytes > 0 {
-                    _ = UnixSocket.waitUntil(connection.fd, writable: true, timeoutMilliseconds: 50)
-                }
-            }
+            let remaining = deadline - ContinuousClock.now
+            guard !pending.isEmpty, remaining > .zero else { break }
+            var waitSet = pending.map { pollfd(fd: $0.fd, events: Int16(POLLOUT), revents: 0) }
+            let milliseconds = Int32(clamping: max(1, Int(nanoseconds: remaining) / 1_000_000))
+            _ = poll(&waitSet, nfds_t(waitSet.count), milliseconds)
         }
         for connection in Array(connections.values) { close(connection) }
         attached.removeAll()
+    }
+}
+
+extension Int {
+    /// The whole nanoseconds in a duration (saturating).
+    init(nanoseconds duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        self = Int(clamping: seconds) &* 1_000_000_000 &+ Int(attoseconds / 1_000_000_000)
     }
 }

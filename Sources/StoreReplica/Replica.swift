@@ -181,11 +181,13 @@ public final class Replica<App: SyncApp>: Sendable {
     /// - Returns: The status.
     /// - Throws: ``ReplicaError/disconnected(_:)`` when the connection is gone.
     public func status() async throws(ReplicaError) -> HubStatus {
-        // Status replies come in request order; the reader resumes the first waiter.
+        // Status replies come in request order; the reader resumes the first waiter. If the
+        // send fails the connection is ending, and the reader's finish fails every waiter, so
+        // nothing is unregistered here (it could not tell which waiter is this call's).
         try await awaitReply(
             register: { $0.statusWaiters.append($1) },
             send: { upstream.send(.status) },
-            unregister: { $0.statusWaiters.popLast() }
+            unregister: { _ in nil }
         )
     }
 

@@ -86,6 +86,40 @@ extension JSON {
     }
 }
 
+extension JSON {
+    /// How many containers are nested at the deepest point: 0 for a scalar, 1 for `[]` or
+    /// `{"a":1}`, 2 for `[[1]]`. Computed without recursion, so any value is safe to measure.
+    public var nestingDepth: Int {
+        switch self {
+        case .array, .object: break
+        default: return 0
+        }
+        var deepest = 0
+        var stack: [(JSON, Int)] = [(self, 1)]
+        while let (value, depth) = stack.popLast() {
+            switch value {
+            case .array(let elements):
+                deepest = max(deepest, depth)
+                for element in elements where element.isContainer { stack.append((element, depth + 1)) }
+            case .object(let members):
+                deepest = max(deepest, depth)
+                for member in members.values where member.isContainer { stack.append((member, depth + 1)) }
+            default:
+                break
+            }
+        }
+        return deepest
+    }
+
+    /// Whether this is an array or an object.
+    @inlinable public var isContainer: Bool {
+        switch self {
+        case .array, .object: true
+        default: false
+        }
+    }
+}
+
 extension JSON: ExpressibleByNilLiteral {
     /// Creates `null`.
     @inlinable public init(nilLiteral: ()) { self = .null }

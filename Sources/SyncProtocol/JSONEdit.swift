@@ -3,6 +3,10 @@
 /// Edits apply atomically (a failed edit leaves the document unchanged) and in place (the
 /// containers along the path are mutated without being copied).
 public enum JSONEdit: Sendable, Equatable {
+    /// The deepest a document may become through edits: containers nested at most 500 levels,
+    /// so a `welcome` carrying it (one level more) stays within the parser's 512.
+    public static let maxDocumentDepth = 500
+
     /// Puts a value at the path, creating missing intermediate objects. `""` replaces the whole
     /// document; on an array, `-` or the element count appends, an existing index replaces.
     case set(JSONPointer, JSON)
@@ -173,6 +177,17 @@ extension JSONEdit {
     ///   through a missing array element or through a scalar.
     public func apply(to document: inout JSON) throws(JSONEditError) {
         let tokens = path.tokens
+        // Refuse documents nested deeper than `maxDocumentDepth` before touching anything:
+        // a deeper state could not travel in a `welcome` (parsers stop at 512 levels).
+        let added: Int
+        switch self {
+        case .set(_, let value), .merge(_, let value): added = value.nestingDepth
+        case .append(_, let value): added = 1 + value.nestingDepth
+        case .remove, .increment: added = 0
+        }
+        if tokens.count + added > Self.maxDocumentDepth {
+            throw rejection(tokens, "the document would be nested \(tokens.count + added) levels deep, more than the \(Self.maxDocumentDepth) a state may have (a welcome must stay within the 512 levels every parser accepts)")
+        }
         if tokens.isEmpty, case .remove = self {
             document = .object([:])
             return

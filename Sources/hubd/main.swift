@@ -46,15 +46,17 @@ func fail(_ message: String, status: Int32) -> Never {
 }
 
 func serve<App: SyncApp>(_ app: App, configuration: HubConfiguration) -> Never {
-    let hub: Hub<App>
-    do throws(SystemError) {
-        hub = try Hub(app: app, configuration: configuration)
-    } catch {
-        fail(error.message, status: 1)
-    }
+    // Signals first: a SIGTERM that arrives as soon as the socket exists must still mean
+    // "flush, remove the socket, exit 0".
     let signals: Int32
     do throws(SystemError) {
         signals = try SignalPipe.install()
+    } catch {
+        fail(error.message, status: 1)
+    }
+    let hub: Hub<App>
+    do throws(SystemError) {
+        hub = try Hub(app: app, configuration: configuration)
     } catch {
         fail(error.message, status: 1)
     }

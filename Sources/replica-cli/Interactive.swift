@@ -8,6 +8,7 @@ import Darwin
 import StoreReplica
 import SyncCore
 import SyncPOSIX
+import Synchronization
 
 /// `replica-cli attach`: read lines, dispatch, print what the hub sequences.
 struct Interactive<App: SyncApp> {
@@ -42,8 +43,7 @@ struct Interactive<App: SyncApp> {
                     Console.out("rejected \(id): \(error.rawCode): \(error.message)")
                 }
             case .disconnected(let reason):
-                Console.error("replica-cli: \(reason.description)")
-                exit(1)
+                exitDisconnected(reason)
             }
         }
         defer { token.cancel() }
@@ -60,7 +60,7 @@ struct Interactive<App: SyncApp> {
                 Console.out(app.encodeState(replica.store.state).prettyString)
             case ":digest":
                 // Settle first: everything sequenced before the hub answers is applied here.
-                do { try await replica.sync() } catch { Console.error("replica-cli: \(error.description)"); exit(1) }
+                do { try await replica.sync() } catch { exitDisconnected(await replica.waitUntilDisconnected()) }
                 let digest = app.digest(of: replica.store.state)
                 if json {
                     Console.out(JSON.object(["type": "digest", "seq": JSON(replica.seq), "digest": .string(digest)]).canonicalString)
@@ -77,7 +77,7 @@ struct Interactive<App: SyncApp> {
             default:
                 dispatch(trimmed)
                 // Read-your-writes: the next line (a thunk, say) sees this one's effect.
-                do { try await replica.sync() } catch { Console.error("replica-cli: \(error.description)"); exit(1) }
+                do { try await replica.sync() } catch { exitDisconnected(await replica.waitUntilDisconnected()) }
             }
         }
     }
@@ -110,6 +110,19 @@ struct Interactive<App: SyncApp> {
             replica.store.dispatch(thunk)
         }
     }
+}
+
+/// Set by the first thread that reports the end of the connection.
+private let exiting = Atomic<Bool>(false)
+
+/// Reports why the connection ended and exits 1, exactly once: the reader's observer and the
+/// input loop may both learn of it; the second caller waits for the first to end the process.
+func exitDisconnected(_ reason: ReplicaError) -> Never {
+    if exiting.exchange(true, ordering: .sequentiallyConsistent) {
+        while true { pause() }
+    }
+    Console.error("replica-cli: \(reason.description)")
+    exit(1)
 }
 
 extension String {

@@ -125,6 +125,13 @@ struct ReplicaCLI {
         if command == "dispatch" && options.arguments.isEmpty {
             fail("dispatch needs at least one ACTION, e.g. replica-cli dispatch '{\"type\":\"increment\"}'", status: 2)
         }
+        // With --app, bad usage is reported (exit 2) before anything connects.
+        if let name = options.app {
+            guard let app = BuiltinApps.app(named: name) else {
+                fail("unknown app \"\(name)\"; replica-cli knows \(BuiltinApps.names)", status: 2)
+            }
+            if command == "dispatch" { _ = options.arguments.map { wireAction(app, $0) } }
+        }
         let path = SocketPath.resolve(explicit: options.socket)
         do throws(ReplicaError) {
             let connection = try HubConnection(path: path)

@@ -57,6 +57,15 @@ struct HistoryTests {
         #expect(store.replay() == nil)
     }
 
+    @Test("replay at the starting point returns the starting state")
+    func replayAtStart() {
+        let store = Store(initialState: Count.State(count: 5), reducer: Count(), history: .bounded(4))
+        #expect(store.replay() == Count.State(count: 5))
+        store.dispatch(.increment)
+        #expect(store.jump(to: 0))
+        #expect(store.replay() == Count.State(count: 5))
+    }
+
     @Test("records (action, state after), jumps, replays, and stays bounded")
     func record() {
         let store = Store(initialState: Count.State(), reducer: Count(), history: .bounded(4))

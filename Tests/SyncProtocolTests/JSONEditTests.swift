@@ -479,3 +479,43 @@ struct JSONEditTests {
         #expect(document.value(at: try ptr("/a/0/o")) == ["k": 3, "m": 1, "list": [1]])
     }
 }
+
+@Suite("JSONEdit depth limit")
+struct JSONEditDepthTests {
+    static func path(_ levels: Int) throws -> JSONPointer {
+        try JSONPointer(String(repeating: "/a", count: levels))
+    }
+
+    static func nested(_ levels: Int) -> JSON {
+        var value: JSON = 1
+        for _ in 0..<levels { value = ["a": value] }
+        return value
+    }
+
+    @Test("edits may build a document up to 500 levels deep, and no deeper")
+    func limit() throws {
+        #expect(JSONEdit.maxDocumentDepth == 500)
+        var document: JSON = [:]
+        try JSONEdit.set(try Self.path(500), 1).apply(to: &document)
+        #expect(document.nestingDepth == 500)
+
+        var fresh: JSON = [:]
+        let before = fresh
+        #expect(throws: JSONEditError.self) { try JSONEdit.set(try Self.path(501), 1).apply(to: &fresh) }
+        #expect(throws: JSONEditError.self) { try JSONEdit.set(try Self.path(10), Self.nested(491)).apply(to: &fresh) }
+        #expect(throws: JSONEditError.self) { try JSONEdit.set(.root, Self.nested(501)).apply(to: &fresh) }
+        #expect(throws: JSONEditError.self) { try JSONEdit.merge(try Self.path(400), Self.nested(101)).apply(to: &fresh) }
+        #expect(throws: JSONEditError.self) { try JSONEdit.append(try Self.path(500), 1).apply(to: &fresh) }
+        #expect(fresh == before)
+        try JSONEdit.set(try Self.path(10), Self.nested(490)).apply(to: &fresh)
+        #expect(fresh.nestingDepth == 500)
+    }
+
+    @Test("nesting depth counts containers, not scalars")
+    func nestingDepth() throws {
+        #expect(JSON(1).nestingDepth == 0)
+        #expect(JSON.object([:]).nestingDepth == 1)
+        #expect(try JSON(parsing: #"[1,{"a":[[]]},"x"]"#).nestingDepth == 4)
+        #expect(Self.nested(2_000).nestingDepth == 2_000)
+    }
+}

@@ -40,7 +40,8 @@ extension MultiProcessTests {
             defer { fixture.shutdown() }
             let hub = try await fixture.startHub()
             let watcher = try fixture.cli(["watch"])
-            try await waitUntil("the watcher to attach") { try HubStatusProbe.status(fixture.socket).replicas.count == 1 }
+            let attached = try fixture.cli(["attach"])
+            try await waitUntil("both to attach") { try HubStatusProbe.status(fixture.socket).replicas.count == 2 }
             let seq = try await fixture.runCLI(["dispatch", "set /a 1"])
             #expect(seq.out == ["1"])
             try await watcher.waitForLine("the action") { $0.contains(#""seq":1"#) }
@@ -48,7 +49,9 @@ extension MultiProcessTests {
             #expect(try await hub.waitForExit() == 0)
             #expect(!FileManager.default.fileExists(atPath: fixture.socket))
             #expect(try await watcher.waitForExit() == 1, "the watcher ends when the hub goes")
-            #expect(watcher.errorLines.contains { $0.contains("closed the connection") })
+            #expect(try await attached.waitForExit() == 1)
+            #expect(attached.errorLines.count == 1, "attach reports the end once: \(attached.errorLines)")
+            #expect(watcher.errorLines == ["replica-cli: the hub closed the connection: shutting-down: the hub is shutting down at seq 1; attach again when it is back"])
         }
 
         @Test("the socket directory is created 0700 and the socket is 0600")
@@ -126,6 +129,10 @@ extension MultiProcessTests {
             #expect(badApp.errorLines.first?.contains("counter, todos, json") == true)
             let noCommand = try await fixture.runCLI([])
             #expect(noCommand.status == 2)
+            // With --app, usage errors are found before connecting: exit 2 even with no hub.
+            #expect(try await fixture.runCLI(["--app", "counter", "dispatch", "step"]).status == 2)
+            #expect(try await fixture.runCLI(["--app", "nope", "state"]).status == 2)
+            #expect(try await fixture.runCLI(["--app", "counter", "dispatch", "increment"]).status == 1)
             let list = try fixture.spawn("hubd", ["--list-apps"])
             #expect(try await list.waitForExit() == 0)
             #expect(list.lines.map { $0.split(separator: " ").first.map(String.init) } == ["counter", "todos", "json"])

@@ -168,5 +168,34 @@ extension MultiProcessTests {
             #expect(messages.last?["id"] == 7)
             #expect(messages.last?["seq"] == 1)
         }
+    
+        @Test("thousands of frames pipelined in one write are all handled, in order, across loop passes")
+        func pipelinedBurst() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            try await fixture.startHub()
+            let client = try RawClient(path: fixture.socket)
+            defer { client.close() }
+            try client.send(["type": "hello", "protocol": 1, "app": "json"])
+            #expect(try client.receive()["type"] == "welcome")
+            var burst: [UInt8] = []
+            for index in 1...3_000 {
+                burst.append(contentsOf: Frame.encode(["type": "dispatch", "id": JSON(index),
+                                                       "action": ["type": "increment", "path": "/n"]]))
+            }
+            burst.append(contentsOf: Frame.encode(["type": "status"]))
+            try client.sendBytes(burst)
+            var ids: [Int] = []
+            while true {
+                let message = try client.receive()
+                if message["type"] == "status" {
+                    #expect(message["seq"] == 3_000)
+                    break
+                }
+                #expect(message["seq"]?.intValue == ids.count + 1)
+                ids.append(message["id"]?.intValue ?? -1)
+            }
+            #expect(ids == Array(1...3_000))
+        }
     }
 }
