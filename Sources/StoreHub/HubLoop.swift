@@ -256,6 +256,11 @@ final class HubLoop {
         connection.replica = replica
         connection.name = name ?? ""
         let snapshot = currentSnapshot()
+        guard snapshot.stateBytes.count < Int(UInt32.max) - 4096 else {
+            // A frame's length is 32 bits: a state this large cannot be sent in one welcome.
+            fail(connection, WireError(.frameTooLarge, "the state is \(snapshot.stateBytes.count) bytes, more than one frame can carry (4 GiB); it cannot be sent to a new replica"))
+            return
+        }
         appendWelcome(replica: replica, snapshot: snapshot, to: &connection.out)
         attached.append(connection)
         configuration.log("hubd: replica \(replica)\(connection.name.isEmpty ? "" : " (\(connection.name))") attached at seq \(seq)")
