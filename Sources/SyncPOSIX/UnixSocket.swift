@@ -97,6 +97,10 @@ public enum UnixSocket {
                 repeat { result = Glibc_connect(fd, address, length) } while result != 0 && currentErrno() == EINTR
                 guard result == 0 else {
                     let code = currentErrno()
+                    var info = stat()
+                    if code == ECONNREFUSED, lstat(path, &info) == 0, (info.st_mode & S_IFMT) != S_IFSOCK {
+                        throw SystemError("\(path) is not a socket, so no hub can be listening there; point --socket / $\(SocketPath.environmentVariable) at the hub's socket (hubd logs it when it starts)", errno: code)
+                    }
                     switch code {
                     case ENOENT, ECONNREFUSED:
                         throw SystemError("no hub is listening at \(path) (\(SystemError.describe(errno: code).lowercased())); start one with `swift run hubd` (or `hubd --socket \(path)`), or point --socket / $\(SocketPath.environmentVariable) at a running hub", errno: code)

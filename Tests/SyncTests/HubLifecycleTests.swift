@@ -78,6 +78,10 @@ extension MultiProcessTests {
             #expect(try await hub.waitForExit() == 1)
             #expect(hub.errorLines.contains { $0.contains("is not a socket") })
             #expect(try String(contentsOfFile: fixture.socket, encoding: .utf8) == "precious")
+            let cli = try await fixture.runCLI(["status"])
+            #expect(cli.status == 1)
+            #expect(cli.err.count == 1)
+            #expect(cli.err.first?.contains("is not a socket") == true)
         }
 
         @Test("a socket path too long for sun_path gets a clear error from both executables")
