@@ -98,7 +98,9 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     /// A selector subscription: fires `onChange` only when the selected value changes.
     ///
     /// One virtual call per action, no closure in between: with many selectors per store
-    /// (one per view, say) this is the notification hot path.
+    /// (one per view, say) this is the notification hot path. `@unchecked Sendable` as for
+    /// ``Subscriber``: `selector` and `onChange` are immutable, and `last` is read and written
+    /// only in `init` (inside `withDrain`) and in `notify` (always under the dispatch lock).
     @usableFromInline final class SelectorSubscriber<Value: Equatable>: Subscriber, @unchecked Sendable {
         @usableFromInline let selector: @Sendable (State) -> Value
         @usableFromInline let onChange: @Sendable (Value) -> Void
