@@ -48,7 +48,6 @@ public final class Replica<App: SyncApp>: Sendable {
     private let pendingDecoder: Mutex<FrameDecoder?>
     private let shared: Mutex<Shared>
     private let lastSeq: Atomic<UInt64>
-    private let finished = Atomic<Bool>(false)
 
     private struct Shared {
         var acks: [DispatchID: CheckedContinuation<UInt64, any Error>] = [:]
@@ -144,7 +143,7 @@ public final class Replica<App: SyncApp>: Sendable {
     public var seq: UInt64 { lastSeq.load(ordering: .acquiring) }
 
     /// Whether the connection is still open.
-    public var isConnected: Bool { !finished.load(ordering: .acquiring) }
+    public var isConnected: Bool { shared.withLock { $0.endReason == nil } }
 
     // MARK: - Dispatch
 
@@ -287,7 +286,7 @@ public final class Replica<App: SyncApp>: Sendable {
 
     /// Closes the connection; pending dispatches fail with ``ReplicaError/disconnected(_:)``.
     public func close() {
-        upstream.fail("the replica was closed")
+        upstream.closeLocally()
         upstream.shutdown()
         // A reader that never started now starts, reads end-of-file, and cleans up.
         startReading()
@@ -400,7 +399,6 @@ public final class Replica<App: SyncApp>: Sendable {
 
     private func finish(_ reason: ReplicaError) {
         upstream.closeDescriptor(reason: reason.description)
-        finished.store(true, ordering: .releasing)
         let shared = shared.withLock { shared -> Shared in
             shared.endReason = reason
             defer {

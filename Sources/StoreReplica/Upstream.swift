@@ -43,6 +43,8 @@ final class Upstream: Sendable {
         var closed = false
         var writerStarted = false
         var waitingForRoom = 0
+        /// This side asked to close (``closeLocally()``), as opposed to the hub going away.
+        var closedLocally = false
     }
 
     init(fd: Int32, maxQueuedBytes: Int = 8 << 20) {
@@ -213,6 +215,12 @@ final class Upstream: Sendable {
         }
     }
 
-    /// Whether ``fail(_:)`` was called because this side closed.
-    var closedLocally: Bool { state.withLock { $0.failure == "the replica was closed" } }
+    /// Fails further sends because this side is closing, and remembers that it was this side.
+    func closeLocally() {
+        state.withLock { $0.closedLocally = true }
+        fail("the replica was closed")
+    }
+
+    /// Whether ``closeLocally()`` was called.
+    var closedLocally: Bool { state.withLock { $0.closedLocally } }
 }

@@ -32,8 +32,8 @@ let usage = """
       --list-apps            Print the built-in apps with their fingerprints and exit.
       -h, --help             Print this help and exit.
 
-    Logs go to stderr. SIGINT or SIGTERM: stop accepting, flush queued frames, remove the
-    socket, exit 0. Exit status 1: the hub could not start (message on stderr); 2: bad usage.
+    Logs go to stderr. SIGINT or SIGTERM: stop accepting, remove the socket, flush queued
+    frames followed by a shutting-down error to every client, exit 0. Exit status 1: the hub could not start (message on stderr); 2: bad usage.
     """
 
 func pad(_ text: String, _ width: Int) -> String {

@@ -131,9 +131,8 @@ extension MultiProcessTests {
             let fixture = try Fixture()
             defer { fixture.shutdown() }
             try await fixture.startHub(extra: ["--max-queue-bytes", "65536"])
-            let sleeper = try RawClient(path: fixture.socket)
+            let sleeper = try fixture.attachedRawClient(name: "sleeper")   // and then never reads
             defer { sleeper.close() }
-            try sleeper.send(["type": "hello", "protocol": 1, "app": "json", "name": "sleeper"])
             let writer = try fixture.cli(["attach", "--json", "--name", "writer"])
             _ = try await writer.attachedLine()
             // Large values fill the sleeper's socket buffer and then the hub's queue for it.
@@ -174,10 +173,8 @@ extension MultiProcessTests {
             let fixture = try Fixture()
             defer { fixture.shutdown() }
             try await fixture.startHub()
-            let client = try RawClient(path: fixture.socket)
+            let client = try fixture.attachedRawClient()
             defer { client.close() }
-            try client.send(["type": "hello", "protocol": 1, "app": "json"])
-            #expect(try client.receive()["type"] == "welcome")
             var burst: [UInt8] = []
             for index in 1...3_000 {
                 burst.append(contentsOf: Frame.encode(["type": "dispatch", "id": JSON(index),

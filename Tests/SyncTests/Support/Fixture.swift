@@ -42,6 +42,16 @@ final class Fixture: Sendable {
         return hub
     }
 
+    /// A raw client that has said `hello` for the json app and read its `welcome`.
+    func attachedRawClient(name: String? = nil) throws -> RawClient {
+        let client = try RawClient(path: socket)
+        var hello: [String: JSON] = ["type": "hello", "protocol": 1, "app": "json"]
+        if let name { hello["name"] = .string(name) }
+        try client.send(.object(hello))
+        guard try client.receive()["type"] == "welcome" else { throw HarnessError("expected welcome") }
+        return client
+    }
+
     /// Starts an executable with `--socket` pointing at this fixture.
     func spawn(_ executable: String, _ arguments: [String], name: String? = nil) throws -> ChildProcess {
         let child = try ChildProcess(executable, arguments, name: name)
