@@ -28,7 +28,8 @@ let package = Package(
     targets: [
         .target(name: "StoreCore"),
         .target(name: "SyncProtocol"),
-        .target(name: "SyncPOSIX"),
+        .target(name: "CSyncPOSIX"),
+        .target(name: "SyncPOSIX", dependencies: ["CSyncPOSIX"]),
         .target(name: "SyncCore", dependencies: ["StoreCore", "SyncProtocol"]),
         .target(name: "BuiltinApps", dependencies: ["SyncCore"]),
         .target(name: "StoreHub", dependencies: ["SyncCore", "SyncPOSIX"]),

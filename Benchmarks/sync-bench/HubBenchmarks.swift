@@ -139,7 +139,7 @@ func socketBaseline(frames: Int) throws -> Result {
     guard socketpair(AF_UNIX, type, 0, &pair) == 0 else { throw SystemError.lastCall("socketpair") }
     defer { UnixSocket.close(pair[0]); UnixSocket.close(pair[1]) }
     var envelope: [UInt8] = []
-    Frame.appendActionEnvelope(seq: 123_456, origin: 3, id: .number(4242),
+    try Frame.appendActionEnvelope(seq: 123_456, origin: 3, id: .number(4242),
                                action: ["type": "increment", "path": "/counters/3", "by": 1], to: &envelope)
     let frameSize = envelope.count
     let reader = pair[1]

@@ -9,8 +9,8 @@ struct Result {
 
     /// `{"scenario":…,"params":{…},"metrics":{…}}`, members in that order.
     var jsonLine: String {
-        let params = JSON.object(Dictionary(params, uniquingKeysWith: { $1 })).canonicalString
-        let metrics = JSON.object(Dictionary(metrics.map { ($0.0, JSON.number(($0.1 * 100).rounded() / 100)) },
+        let params = JSON.object(Dictionary(params.map { (JSONKey($0.0), $0.1) }, uniquingKeysWith: { $1 })).canonicalString
+        let metrics = JSON.object(Dictionary(metrics.map { (JSONKey($0.0), JSON.number(($0.1 * 100).rounded() / 100)) },
                                              uniquingKeysWith: { $1 })).canonicalString
         return #"{"scenario":\#(JSON.string(scenario).canonicalString),"params":\#(params),"metrics":\#(metrics)}"#
     }

@@ -27,6 +27,12 @@ public struct CounterApp: SyncApp {
             self.isIncrementing = isIncrementing
             self.limitText = limitText
         }
+
+        /// Equal when every field is, comparing `limitText` by Unicode scalars as JSON does.
+        public static func == (lhs: State, rhs: State) -> Bool {
+            lhs.count == rhs.count && lhs.isIncrementing == rhs.isIncrementing
+                && JSONKey(lhs.limitText) == JSONKey(rhs.limitText)
+        }
     }
 
     /// The counter's actions.

@@ -34,6 +34,13 @@ public struct TodosApp: SyncApp {
             self.completed = completed
             self.createdAt = createdAt
         }
+
+        /// Equal when every field is, comparing strings by Unicode scalars as JSON does (so two
+        /// todos are equal exactly when their wire forms are).
+        public static func == (lhs: Todo, rhs: Todo) -> Bool {
+            JSONKey(lhs.id) == JSONKey(rhs.id) && JSONKey(lhs.title) == JSONKey(rhs.title)
+                && lhs.completed == rhs.completed && lhs.createdAt == rhs.createdAt
+        }
     }
 
     /// Which todos a view shows.
@@ -140,23 +147,30 @@ public struct TodosApp: SyncApp {
         switch action {
         case .add(let id, let title, let createdAt):
             guard !Self.isBlank(title) else { throw .emptyTitle }
-            guard !state.todos.contains(where: { $0.id == id }) else { throw .duplicateID(id) }
+            guard Self.index(of: id, in: state.todos) == nil else { throw .duplicateID(id) }
             state.todos.append(Todo(id: id, title: title, createdAt: createdAt))
         case .toggle(let id):
-            guard let index = state.todos.firstIndex(where: { $0.id == id }) else { throw .unknownID(id) }
+            guard let index = Self.index(of: id, in: state.todos) else { throw .unknownID(id) }
             state.todos[index].completed.toggle()
         case .edit(let id, let title):
             guard !Self.isBlank(title) else { throw .emptyTitle }
-            guard let index = state.todos.firstIndex(where: { $0.id == id }) else { throw .unknownID(id) }
+            guard let index = Self.index(of: id, in: state.todos) else { throw .unknownID(id) }
             state.todos[index].title = title
         case .remove(let id):
-            guard let index = state.todos.firstIndex(where: { $0.id == id }) else { throw .unknownID(id) }
+            guard let index = Self.index(of: id, in: state.todos) else { throw .unknownID(id) }
             state.todos.remove(at: index)
         case .clearCompleted:
             state.todos.removeAll(where: \.completed)
         case .setFilter(let filter):
             state.filter = filter
         }
+    }
+
+    /// The position of the todo with this id. Ids compare by Unicode scalars, as JSON strings
+    /// do: `"é"` and `"e\u{301}"` are two ids, in every language a replica is written in.
+    private static func index(of id: String, in todos: [Todo]) -> Int? {
+        let key = JSONKey(id)
+        return todos.firstIndex { JSONKey($0.id) == key }
     }
 
     private static func isBlank(_ title: String) -> Bool {
@@ -232,14 +246,14 @@ public struct TodosApp: SyncApp {
             throw AppCodingError("a todos state is {\"todos\":[…],\"filter\":\"all|active|completed\"}")
         }
         var todos: [Todo] = []
-        var ids: Set<String> = []
+        var ids: Set<JSONKey> = []
         todos.reserveCapacity(items.count)
         for item in items {
             guard let id = item["id"]?.stringValue, let title = item["title"]?.stringValue,
                   let completed = item["completed"]?.boolValue, let createdAt = item["createdAt"]?.numberValue else {
                 throw AppCodingError("a todo is {\"id\":string,\"title\":string,\"completed\":bool,\"createdAt\":number}")
             }
-            guard ids.insert(id).inserted else { throw AppCodingError("two todos have id \"\(id)\"; ids are unique") }
+            guard ids.insert(JSONKey(id)).inserted else { throw AppCodingError("two todos have id \"\(id)\"; ids are unique") }
             todos.append(Todo(id: id, title: title, completed: completed, createdAt: createdAt))
         }
         return State(todos: todos, filter: filter)

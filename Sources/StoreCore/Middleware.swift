@@ -121,12 +121,7 @@ extension Middleware {
             case .action:
                 next(input)
             case .thunk(let thunk):
-                switch thunk.body {
-                case .sync(let body):
-                    body(context)
-                case .async(let body):
-                    Task { await body(context) }
-                }
+                thunk.run(context)
             }
         }
     }
@@ -135,6 +130,11 @@ extension Middleware {
     ///
     /// Lines look like `action: increment` and `state: CounterState(count: 1, …)`;
     /// thunks are logged as `thunk`.
+    ///
+    /// On a StoreSync replica the `state:` line shows the state *before* the action takes
+    /// effect: a replica's dispatch only sends the action to the hub, and it is applied
+    /// when the hub's sequenced copy comes back. Log applied states from the replica's
+    /// events or a store subscription instead.
     ///
     /// - Parameter sink: Receives one line per call, e.g. `{ print($0) }` or a file writer.
     /// - Returns: The logging middleware.

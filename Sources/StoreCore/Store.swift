@@ -53,7 +53,10 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
 
     @usableFromInline struct Core {
         @usableFromInline var state: State
-        @usableFromInline var queue: [Pending] = []
+        /// Re-entrant dispatches waiting to run; a popped slot is emptied so that the caller
+        /// holds the only reference (a thunk released here, inside the lock, could run a
+        /// token's `deinit` that takes this very lock).
+        @usableFromInline var queue: [Pending?] = []
         @usableFromInline var queueHead = 0
         @usableFromInline var subscribers: [Subscriber] = []
         @usableFromInline var nextSubscriberID: UInt64 = 1
@@ -64,6 +67,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
         @inlinable mutating func popPending() -> Pending? {
             guard queueHead < queue.count else { return nil }
             let next = queue[queueHead]
+            queue[queueHead] = nil
             queueHead += 1
             if queueHead == queue.count {
                 queue.removeAll(keepingCapacity: true)
@@ -176,11 +180,18 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
             dispatch: { [weak self] input in self?.dispatch(input) }
         )
         let base: Dispatch = { [weak self] input in
-            guard let self, case .action(let action) = input else { return }
-            if let terminal {
-                terminal(action)
-            } else {
-                self.withDrain { self.applyAndNotify(action) }
+            guard let self else { return }
+            switch input {
+            case .action(let action):
+                if let terminal {
+                    terminal(action)
+                } else {
+                    self.withDrain { self.applyAndNotify(action) }
+                }
+            case .thunk(let thunk):
+                // A thunk that no middleware handled still runs (it is never dropped):
+                // `Middleware.thunk` only chooses where in the chain thunks run.
+                thunk.run(context)
             }
         }
         let chain = enhancer.enhance(context, base)
@@ -242,7 +253,10 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
         dispatch(.action(action))
     }
 
-    /// Dispatches a thunk; ``Middleware/thunk`` must be installed to run it.
+    /// Dispatches a thunk.
+    ///
+    /// It runs where ``Middleware/thunk`` sits in the chain, or, without that middleware,
+    /// at the end of the chain (never dropped).
     ///
     /// - Parameter thunk: The thunk.
     @inlinable public func dispatch(_ thunk: Thunk<State, Action>) {

@@ -25,12 +25,15 @@ extension Store {
         _ make: (UInt64, State) -> Subscriber
     ) -> Subscription {
         withDrain {
+            // Holding the dispatch lock, the state cannot change until the subscriber is in;
+            // `make` (which runs the caller's selector) runs outside `core`, so a selector that
+            // reads the store does not lock it recursively.
             let (id, current) = core.withLock { core -> (UInt64, State) in
-                let id = core.nextSubscriberID
-                core.nextSubscriberID += 1
-                core.subscribers.append(make(id, core.state))
-                return (id, core.state)
+                defer { core.nextSubscriberID += 1 }
+                return (core.nextSubscriberID, core.state)
             }
+            let subscriber = make(id, current)
+            core.withLock { $0.subscribers.append(subscriber) }
             if sendCurrent { sendCurrentValue(current) }
             return Subscription { [weak self] in self?.unsubscribe(id) }
         }
@@ -92,12 +95,14 @@ extension Store {
     }
 
     @usableFromInline func unsubscribe(_ id: UInt64) {
-        core.withLock { core in
-            if let index = core.subscribers.firstIndex(where: { $0.id == id }) {
-                core.subscribers[index].cancelled.store(true, ordering: .relaxed)
-                core.subscribers.remove(at: index)
-            }
+        let removed = core.withLock { core -> Subscriber? in
+            guard let index = core.subscribers.firstIndex(where: { $0.id == id }) else { return nil }
+            core.subscribers[index].cancelled.store(true, ordering: .relaxed)
+            return core.subscribers.remove(at: index)
         }
+        // Released here, after the lock: the callback's captures may own another token of
+        // this store, whose release takes the same lock (and would trap inside it).
+        withExtendedLifetime(removed) {}
     }
 
     /// The number of live subscriptions (for tests and diagnostics).

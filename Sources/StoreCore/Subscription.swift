@@ -13,7 +13,16 @@ public final class Subscription: Sendable {
         self.onCancel = Mutex(onCancel)
     }
 
-    /// Stops the subscription. After this returns no new callback starts; calling it again does nothing.
+    /// Stops the subscription; calling it again does nothing.
+    ///
+    /// After this returns no new callback starts. A callback that is already running on
+    /// another thread (inside a dispatch there) is not waited for and may still be finishing:
+    /// waiting would deadlock when `cancel` is called from inside a callback, or from a thread
+    /// that callback waits on. Where that matters, note that dispatches are serialised: once a
+    /// `dispatch` made after `cancel` returns, every earlier notification has finished.
+    ///
+    /// The source's reference to the callback is released outside every lock, so a callback
+    /// that owns other tokens (of the same store or not) may be released freely.
     public func cancel() {
         let action = onCancel.withLock { value -> (@Sendable () -> Void)? in
             defer { value = nil }

@@ -29,6 +29,18 @@ public struct Thunk<State: Sendable, Action: Sendable>: Sendable {
     ///
     /// - Parameter body: Runs in a new task; may await, then dispatch.
     @inlinable public init(async body: @escaping @Sendable (Context) async -> Void) { self.body = .async(body) }
+
+    /// Runs the thunk: a synchronous body now, an asynchronous one in a new `Task`.
+    ///
+    /// - Parameter context: The store as the thunk sees it.
+    @inlinable public func run(_ context: Context) {
+        switch body {
+        case .sync(let body):
+            body(context)
+        case .async(let body):
+            Task { await body(context) }
+        }
+    }
 }
 
 /// What can be dispatched to a store: a plain action or a thunk.

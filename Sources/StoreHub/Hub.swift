@@ -30,7 +30,7 @@ public final class Hub<App: SyncApp>: Sendable {
     /// This run's id, 16 hex digits, sent in `welcome` and `status`.
     public let hubID: String
 
-    private let listener: Int32
+    private let listener: ListeningSocket
     private let wakeRead: Int32
     private let wakeWrite: Int32
     private let stopRequested = Atomic<Bool>(false)
@@ -41,42 +41,41 @@ public final class Hub<App: SyncApp>: Sendable {
     /// - Parameters:
     ///   - app: The app.
     ///   - configuration: Where to listen and the limits.
-    /// - Throws: ``SystemError`` when the path is too long or unusable, or a live hub owns it.
+    /// - Throws: ``HubError`` when the path is too long or unusable, or another hub owns it.
     @inlinable
-    public convenience init(app: App, configuration: HubConfiguration) throws(SystemError) {
+    public convenience init(app: App, configuration: HubConfiguration) throws(HubError) {
         // Inlinable so the engine's closures are specialised for `App` in the caller's module.
         try self.init(app: app, engine: HubEngine(app: app), configuration: configuration)
     }
 
     @usableFromInline
-    init(app: App, engine: HubEngine, configuration: HubConfiguration) throws(SystemError) {
+    init(app: App, engine: HubEngine, configuration: HubConfiguration) throws(HubError) {
         self.app = app
         self.engine = engine
         self.configuration = configuration
         self.hubID = Digest.hex(UInt64.random(in: 0...UInt64.max))
-        UnixSocket.ignoreBrokenPipes()
-        var ends: [Int32] = [-1, -1]
-        guard pipe(&ends) == 0 else { throw SystemError.lastCall("cannot create the hub's wake pipe") }
-        for fd in ends {
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            try UnixSocket.setNonBlocking(fd)
+        // No process-wide SIGPIPE setting: every socket write uses MSG_NOSIGNAL / SO_NOSIGPIPE.
+        let ends: (read: Int32, write: Int32)
+        do throws(SystemError) {
+            ends = try UnixSocket.makePipe()
+        } catch {
+            throw HubError("cannot create the hub's wake pipe: \(error.message)", errno: error.errno)
         }
-        wakeRead = ends[0]
-        wakeWrite = ends[1]
-        do {
+        wakeRead = ends.read
+        wakeWrite = ends.write
+        do throws(SystemError) {
             listener = try UnixSocket.listen(at: configuration.socketPath)
         } catch {
-            UnixSocket.close(ends[0])
-            UnixSocket.close(ends[1])
-            throw error
+            UnixSocket.close(ends.read)
+            UnixSocket.close(ends.write)
+            throw HubError(error)
         }
     }
 
     deinit {
         if !running.load(ordering: .relaxed) {
-            // Never served: release the path too, so no stale socket file is left behind.
-            UnixSocket.close(listener)
-            unlink(configuration.socketPath)
+            // Never served: release the path too (if it is still ours), so no stale socket file is left behind.
+            listener.close()
         }
         UnixSocket.close(wakeRead)
         UnixSocket.close(wakeWrite)
@@ -95,14 +94,19 @@ public final class Hub<App: SyncApp>: Sendable {
     ///
     /// - Parameter stopFD: An extra descriptor whose readability means "stop" (hubd
     ///   passes its SIGINT/SIGTERM pipe).
-    /// - Throws: ``SystemError`` if the event loop itself fails; client errors never throw.
-    public func run(stopOn stopFD: Int32? = nil) throws(SystemError) {
+    /// - Throws: ``HubError`` if the event loop itself fails (every connection is then closed
+    ///   and the socket removed); client errors never throw.
+    public func run(stopOn stopFD: Int32? = nil) throws(HubError) {
         guard !running.exchange(true, ordering: .sequentiallyConsistent) else {
-            throw SystemError("this hub is already running")
+            throw HubError("this hub is already running")
         }
         let loop = HubLoop(engine: engine, configuration: configuration, hubID: hubID)
         configuration.log("hubd: serving app \(App.fingerprint) on \(configuration.socketPath) (hub \(hubID))")
-        try loop.serve(listener: listener, wake: wakeRead, stopFD: stopFD, stopRequested: stopRequested)
+        do throws(SystemError) {
+            try loop.serve(listener: listener, wake: wakeRead, stopFD: stopFD, stopRequested: stopRequested)
+        } catch {
+            throw HubError("the hub's event loop failed: \(error.message); every connection was closed and the socket removed", errno: error.errno)
+        }
         configuration.log("hubd: stopped at seq \(loop.seq); socket \(configuration.socketPath) removed")
     }
 }

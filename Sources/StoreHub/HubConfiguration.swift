@@ -4,8 +4,14 @@ import SyncCore
 public struct HubConfiguration: Sendable {
     /// The Unix socket path to listen on.
     public var socketPath: String
-    /// The largest frame payload a client may send, in bytes (default 1 MiB).
-    public var maxFrameBytes: Int
+    /// The largest value ``maxFrameBytes`` may take: 1 GiB.
+    public static let maxFrameBytesCeiling = 1 << 30
+
+    /// The largest frame payload a client may send, in bytes (default 1 MiB, at most
+    /// ``maxFrameBytesCeiling``); it is told to every replica in `welcome`.
+    public var maxFrameBytes: Int {
+        didSet { maxFrameBytes = Self.clampFrameLimit(maxFrameBytes) }
+    }
     /// The most bytes the hub queues for one replica that is not reading; past it the
     /// replica is dropped (`slow-consumer`) so it never holds back the others (default 64 MiB).
     public var maxQueuedBytesPerReplica: Int
@@ -16,7 +22,7 @@ public struct HubConfiguration: Sendable {
     ///
     /// - Parameters:
     ///   - socketPath: The socket path.
-    ///   - maxFrameBytes: The frame size limit.
+    ///   - maxFrameBytes: The frame size limit, clamped to 1…``maxFrameBytesCeiling``.
     ///   - maxQueuedBytesPerReplica: The per-replica output limit.
     ///   - log: The log sink; the default discards.
     public init(
@@ -26,8 +32,10 @@ public struct HubConfiguration: Sendable {
         log: @escaping @Sendable (String) -> Void = { _ in }
     ) {
         self.socketPath = socketPath
-        self.maxFrameBytes = maxFrameBytes
+        self.maxFrameBytes = Self.clampFrameLimit(maxFrameBytes)
         self.maxQueuedBytesPerReplica = maxQueuedBytesPerReplica
         self.log = log
     }
+
+    private static func clampFrameLimit(_ value: Int) -> Int { min(max(value, 1), maxFrameBytesCeiling) }
 }

@@ -65,7 +65,13 @@ final class HubLoop {
 
     // MARK: - Event loop
 
-    func serve(listener: Int32, wake: Int32, stopFD: Int32?, stopRequested: borrowing Atomic<Bool>) throws(SystemError) {
+    /// Runs the loop until a stop is requested, then shuts down.
+    ///
+    /// - Throws: ``SystemError`` when `poll` itself fails; every connection is closed and the
+    ///   socket released first, so nothing leaks.
+    func serve(listener: ListeningSocket, wake: Int32, stopFD: Int32?,
+               stopRequested: borrowing Atomic<Bool>) throws(SystemError) {
+        var failure: SystemError?
         var pollSet: [pollfd] = []
         var order: [Connection] = []
         while !stopRequested.load(ordering: .relaxed) {
@@ -75,7 +81,7 @@ final class HubLoop {
                 acceptPausedUntil = nil
             }
             // While accepting is paused (out of descriptors), poll ignores the listener (fd -1).
-            pollSet.append(pollfd(fd: acceptPausedUntil == nil ? listener : -1, events: Int16(POLLIN), revents: 0))
+            pollSet.append(pollfd(fd: acceptPausedUntil == nil ? listener.fd : -1, events: Int16(POLLIN), revents: 0))
             pollSet.append(pollfd(fd: wake, events: Int16(POLLIN), revents: 0))
             pollSet.append(pollfd(fd: stopFD ?? -1, events: Int16(POLLIN), revents: 0))
             var closingSoon = false
@@ -96,11 +102,12 @@ final class HubLoop {
             let ready = poll(&pollSet, nfds_t(pollSet.count), timeout)
             if ready < 0 {
                 if currentErrno() == EINTR { continue }
-                throw SystemError.lastCall("poll")
+                failure = SystemError.lastCall("poll")
+                break
             }
             if pollSet[1].revents != 0 { drainPipe(wake) }
             if pollSet[2].revents != 0 { break }
-            if pollSet[0].revents != 0 { acceptAll(listener) }
+            if pollSet[0].revents != 0 { acceptAll(listener.fd) }
             for (index, connection) in order.enumerated() {
                 guard connections[connection.fd] === connection, connection.closeBy == nil else { continue }
                 let revents = pollSet[index + 3].revents
@@ -116,6 +123,7 @@ final class HubLoop {
             reapClosing()
         }
         shutdown(listener: listener)
+        if let failure { throw failure }
     }
 
     private func drainPipe(_ fd: Int32) {
@@ -224,6 +232,9 @@ final class HubLoop {
         switch message {
         case .status:
             send(.status(status()), to: connection)
+        case .sync(let id):
+            // The barrier: O(1), and in order with the actions this connection was sent.
+            send(.synced(seq: seq, id: id), to: connection)
         case .hello(let version, let appName, let fingerprint, let name):
             hello(connection, version: version, appName: appName, fingerprint: fingerprint, name: name)
         case .dispatch(let id, let action):
@@ -256,12 +267,13 @@ final class HubLoop {
         connection.replica = replica
         connection.name = name ?? ""
         let snapshot = currentSnapshot()
-        guard snapshot.stateBytes.count < Int(UInt32.max) - 4096 else {
+        do throws(FrameError) {
+            try appendWelcome(replica: replica, snapshot: snapshot, to: &connection.out)
+        } catch {
             // A frame's length is 32 bits: a state this large cannot be sent in one welcome.
             fail(connection, WireError(.frameTooLarge, "the state is \(snapshot.stateBytes.count) bytes, more than one frame can carry (4 GiB); it cannot be sent to a new replica"))
             return
         }
-        appendWelcome(replica: replica, snapshot: snapshot, to: &connection.out)
         attached.append(connection)
         configuration.log("hubd: replica \(replica)\(connection.name.isEmpty ? "" : " (\(connection.name))") attached at seq \(seq)")
     }
@@ -271,24 +283,33 @@ final class HubLoop {
             fail(connection, WireError(.notAttached, "dispatch before hello; send {\"type\":\"hello\",\"protocol\":\(syncProtocolVersion),\"app\":\"\(engine.appName)\"} first"))
             return
         }
-        switch engine.apply(json) {
-        case .applied:
-            break
-        case .badAction(let message):
-            send(.reject(id: id, error: WireError(.badAction, message)), to: connection)
-            return
-        case .rejected(let message):
-            send(.reject(id: id, error: WireError(.rejected, message)), to: connection)
+        // The envelope is encoded before the reducer runs: its canonical form may be longer
+        // than what the client sent, and an action that cannot be framed must be refused
+        // before it changes the state.
+        let start = batch.count
+        do throws(FrameError) {
+            try Frame.appendActionEnvelope(seq: seq + 1, origin: origin, id: id, action: json, to: &batch)
+        } catch {
+            send(.reject(id: id, error: WireError(.frameTooLarge, "the action's canonical form does not fit one frame (\(error.description)); split it into smaller actions")), to: connection)
             return
         }
-        seq += 1
-        Frame.appendActionEnvelope(seq: seq, origin: origin, id: id, action: json, to: &batch)
+        switch engine.apply(json) {
+        case .applied:
+            seq += 1
+        case .badAction(let message):
+            batch.removeSubrange(start...)
+            send(.reject(id: id, error: WireError(.badAction, message)), to: connection)
+        case .rejected(let message):
+            batch.removeSubrange(start...)
+            send(.reject(id: id, error: WireError(.rejected, message)), to: connection)
+        }
     }
 
     private func status() -> HubStatus {
         HubStatus(protocolVersion: syncProtocolVersion, app: engine.appName, fingerprint: engine.fingerprint, hub: hubID,
                   seq: seq, digest: currentSnapshot().digest,
-                  replicas: attached.compactMap { c in c.replica.map { ReplicaInfo(replica: $0, name: c.name) } })
+                  replicas: attached.compactMap { c in c.replica.map { ReplicaInfo(replica: $0, name: c.name) } },
+                  maxFrameBytes: configuration.maxFrameBytes)
     }
 
     // MARK: - Snapshots
@@ -313,7 +334,7 @@ final class HubLoop {
     }
 
     /// Appends a `welcome` frame built around the cached canonical state bytes.
-    private func appendWelcome(replica: Int, snapshot: Snapshot, to buffer: inout [UInt8]) {
+    private func appendWelcome(replica: Int, snapshot: Snapshot, to buffer: inout [UInt8]) throws(FrameError) {
         var payload: [UInt8] = []
         payload.reserveCapacity(snapshot.stateBytes.count + 160)
         payload.append(contentsOf: #"{"type":"welcome","protocol":"#.utf8)
@@ -326,10 +347,12 @@ final class HubLoop {
         JSON(snapshot.seq).writeCanonical(into: &payload)
         payload.append(contentsOf: #","digest":"#.utf8)
         JSON.string(snapshot.digest).writeCanonical(into: &payload)
+        payload.append(contentsOf: #","max_frame_bytes":"#.utf8)
+        JSON(configuration.maxFrameBytes).writeCanonical(into: &payload)
         payload.append(contentsOf: #","state":"#.utf8)
         payload.append(contentsOf: snapshot.stateBytes)
         payload.append(UInt8(ascii: "}"))
-        Frame.append(payload: payload, to: &buffer)
+        try Frame.append(payload: payload, to: &buffer)
     }
 
     // MARK: - Output
@@ -337,7 +360,13 @@ final class HubLoop {
     /// Sends one message to one connection, after everything sequenced before it.
     private func send(_ message: HubMessage, to connection: Connection) {
         flushBatch()
-        connection.out.append(contentsOf: Frame.encode(message))
+        do throws(FrameError) {
+            connection.out.append(contentsOf: try Frame.encode(message))
+        } catch {
+            // Only a message carrying client-chosen text could get here (it never does in
+            // practice: such text arrived in a frame of at most --max-frame-bytes).
+            configuration.log("hubd: cannot frame a \(message.typeName) message for \(label(connection)): \(error.description)")
+        }
     }
 
     /// Sends `error` and closes the connection once it is flushed; other clients carry on.
@@ -437,12 +466,12 @@ final class HubLoop {
 
     /// Stop accepting, remove the socket, flush queued frames then `shutting-down` (up to 2 s),
     /// close everything.
-    private func shutdown(listener: Int32) {
-        UnixSocket.close(listener)
-        unlink(configuration.socketPath)
+    private func shutdown(listener: ListeningSocket) {
+        // Removes the socket file only if it is still the one this hub bound.
+        listener.close()
         flushBatch()
         for connection in connections.values where connection.closeBy == nil {
-            connection.out.append(contentsOf: Frame.encode(.error(WireError(.shuttingDown, "the hub is shutting down at seq \(seq); attach again when it is back"))))
+            send(.error(WireError(.shuttingDown, "the hub is shutting down at seq \(seq); attach again when it is back")), to: connection)
         }
         // One deadline for everyone: write what each socket takes, then wait in a single
         // poll for any of them to take more, until all is written or 2 s have passed.

@@ -17,7 +17,6 @@ public final class HubConnection {
     /// - Parameter path: The socket path.
     /// - Throws: ``ReplicaError/noHub(_:)`` naming the path and how to start a hub.
     public init(path: String) throws(ReplicaError) {
-        UnixSocket.ignoreBrokenPipes()
         do {
             fd = try UnixSocket.connect(to: path)
         } catch {
@@ -46,7 +45,12 @@ public final class HubConnection {
     /// - Parameter message: The message.
     /// - Throws: ``ReplicaError/disconnected(_:)`` when the hub has gone.
     public func send(_ message: ClientMessage) throws(ReplicaError) {
-        let frame = Frame.encode(message)
+        let frame: [UInt8]
+        do throws(FrameError) {
+            frame = try Frame.encode(message)
+        } catch {
+            throw .rejected(WireError(.frameTooLarge, "the message does not fit one frame: \(error.description)"))
+        }
         do throws(SystemError) {
             try UnixSocket.writeAll(fd, frame)
         } catch {
@@ -54,7 +58,8 @@ public final class HubConnection {
         }
     }
 
-    /// Waits for the next message from the hub.
+    /// Waits for the next message from the hub, skipping message types this library does not
+    /// know (the protocol's extension rule).
     ///
     /// - Parameter timeoutMilliseconds: The longest wait (-1: forever).
     /// - Returns: The message.
@@ -71,7 +76,10 @@ public final class HubConnection {
             if let frame {
                 let json: JSON
                 do { json = try JSON(parsing: frame) } catch { throw .protocolViolation(error.description) }
-                do { return try HubMessage(json: json) } catch { throw .protocolViolation(error.message) }
+                let message: HubMessage
+                do { message = try HubMessage(json: json) } catch { throw .protocolViolation(error.message) }
+                if case .unknown = message { continue }
+                return message
             }
             guard UnixSocket.waitUntil(fd, timeoutMilliseconds: timeoutMilliseconds) else {
                 throw .disconnected("no answer from the hub at \(path) within \(timeoutMilliseconds) ms; is it a StoreSync hub?")

@@ -20,13 +20,22 @@ import Synchronization
 /// Dispatching:
 /// - ``dispatch(_:)`` sends one action to the hub and returns its seq once the hub has
 ///   sequenced it and this replica has applied it, or throws the hub's refusal.
+/// - ``send(_:)`` sends without waiting and returns the dispatch id, so the outcome can be
+///   matched to its ``ReplicaEvent/action(seq:origin:id:action:json:)`` or
+///   ``ReplicaEvent/rejected(id:error:)`` event; it throws at once if nothing could be sent.
 /// - `replica.store.dispatch(…)` goes through the local middleware first (thunks,
 ///   logging), then upstream, without waiting; refusals arrive as
-///   ``ReplicaEvent/rejected(id:error:)`` events.
+///   ``ReplicaEvent/rejected(id:error:)`` events, and an action that could not be sent at
+///   all (the connection is gone, or it is larger than the hub accepts) goes to the
+///   `onDispatchFailure` handler given to `attach` — by default a line on stderr. Nothing is
+///   dropped silently.
 ///
 /// Middleware and thunks run only here, in the dispatching replica, never again on
 /// incoming actions, so their side effects happen once. The state changes only when the
 /// hub's sequenced action comes back (no optimistic update), so it never has to be undone.
+/// So a logging middleware on a replica sees the state *before* the action takes effect
+/// (it is applied when the hub's copy arrives); observe ``observeEvents(_:)`` or subscribe
+/// to the store to log applied states.
 ///
 /// Call ``close()`` when done; the connection lives until then or until the hub goes.
 public final class Replica<App: SyncApp>: Sendable {
@@ -40,6 +49,9 @@ public final class Replica<App: SyncApp>: Sendable {
     public let hubID: String
     /// The seq the welcome snapshot was taken at.
     public let welcomeSeq: UInt64
+    /// The largest frame payload the hub accepts (from its welcome): larger dispatches are
+    /// refused locally with `frame-too-large` and the connection stays up.
+    public let maxFrameBytes: Int
     /// The socket path.
     public let socketPath: String
 
@@ -52,6 +64,7 @@ public final class Replica<App: SyncApp>: Sendable {
     private struct Shared {
         var acks: [DispatchID: CheckedContinuation<UInt64, any Error>] = [:]
         var statusWaiters: [CheckedContinuation<HubStatus, any Error>] = []
+        var syncWaiters: [CheckedContinuation<UInt64, any Error>] = []
         var closeWaiters: [CheckedContinuation<ReplicaError, Never>] = []
         var observers: [(id: Int, callback: @Sendable (ReplicaEvent<App.Action>) -> Void)] = []
         var nextObserver = 1
@@ -67,6 +80,9 @@ public final class Replica<App: SyncApp>: Sendable {
     ///   - middleware: Local middleware, outermost first; thunks need ``Middleware/thunk`` (the default).
     ///   - startReading: Start applying the hub's actions right away (the default). Pass
     ///     `false` to register observers first, then call ``startReading()``: no event is missed.
+    ///   - onDispatchFailure: Called on the dispatching thread when an action dispatched through
+    ///     ``store`` (fire-and-forget) could not be sent: the connection is gone, or the action
+    ///     is larger than the hub accepts. `nil` (the default) writes one line to stderr.
     /// - Returns: The attached replica.
     /// - Throws: ``ReplicaError`` when there is no hub, or the hub refuses (e.g. `app-mismatch`).
     public static func attach(
@@ -74,10 +90,12 @@ public final class Replica<App: SyncApp>: Sendable {
         socketPath: String? = nil,
         name: String? = nil,
         middleware: [Middleware<App.State, App.Action>] = [.thunk],
-        startReading: Bool = true
+        startReading: Bool = true,
+        onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
     ) throws(ReplicaError) -> Replica {
         let connection = try HubConnection(path: SocketPath.resolve(explicit: socketPath))
-        return try attach(app: app, over: connection, name: name, middleware: middleware, startReading: startReading)
+        return try attach(app: app, over: connection, name: name, middleware: middleware, startReading: startReading,
+                          onDispatchFailure: onDispatchFailure)
     }
 
     /// Attaches over a connection already open (e.g. after asking it for `status`).
@@ -88,6 +106,8 @@ public final class Replica<App: SyncApp>: Sendable {
     ///   - name: A name for this replica.
     ///   - middleware: Local middleware, outermost first.
     ///   - startReading: Start applying the hub's actions right away; see ``startReading()``.
+    ///   - onDispatchFailure: Receives fire-and-forget dispatches that could not be sent; `nil`
+    ///     writes a line to stderr.
     /// - Returns: The attached replica.
     /// - Throws: ``ReplicaError`` when the hub refuses or the welcome does not decode.
     public static func attach(
@@ -95,46 +115,57 @@ public final class Replica<App: SyncApp>: Sendable {
         over connection: HubConnection,
         name: String? = nil,
         middleware: [Middleware<App.State, App.Action>] = [.thunk],
-        startReading: Bool = true
+        startReading: Bool = true,
+        onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
     ) throws(ReplicaError) -> Replica {
         try connection.send(.hello(protocolVersion: syncProtocolVersion, app: App.name,
                                    fingerprint: App.fingerprint, name: name))
-        let welcome = try connection.receive()
-        guard case .welcome(let hub, let replica, let seq, let stateJSON, let digest) = welcome else {
-            if case .error(let error) = welcome { throw .hub(error) }
-            throw .protocolViolation("expected welcome after hello")
+        let reply = try connection.receive()
+        guard case .welcome(let welcome) = reply else {
+            if case .error(let error) = reply { throw .hub(error) }
+            throw .protocolViolation("expected welcome after hello, got \(reply.typeName)")
         }
         let state: App.State
-        do {
-            state = try app.decodeState(stateJSON)
+        do throws(AppCodingError) {
+            state = try app.decodeState(welcome.state)
         } catch {
             throw .diverged("the welcome state does not decode: \(error.message)")
         }
-        guard app.digest(of: state) == digest else {
-            throw .diverged("the welcome state re-encodes to digest \(app.digest(of: state)), the hub says \(digest)")
+        guard app.digest(of: state) == welcome.digest else {
+            throw .diverged("the welcome state re-encodes to digest \(app.digest(of: state)), the hub says \(welcome.digest)")
         }
-        let replicaObject = Replica(app: app, connection: connection, state: state, replica: replica, hub: hub,
-                                    seq: seq, middleware: middleware)
+        let replicaObject = Replica(app: app, connection: connection, state: state, welcome: welcome,
+                                    middleware: middleware, onDispatchFailure: onDispatchFailure)
         if startReading { replicaObject.startReading() }
         return replicaObject
     }
 
-    private init(app: App, connection: HubConnection, state: App.State, replica: Int, hub: String, seq: UInt64,
-                 middleware: [Middleware<App.State, App.Action>]) {
-        let upstream = Upstream(fd: connection.detachDescriptor())
+    private init(app: App, connection: HubConnection, state: App.State, welcome: Welcome,
+                 middleware: [Middleware<App.State, App.Action>],
+                 onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?) {
+        // A hub that does not say its limit accepts anything one frame can carry.
+        let limit = welcome.maxFrameBytes.map { max(1, min($0, Frame.maxPayloadBytes)) } ?? Frame.maxPayloadBytes
+        let upstream = Upstream(fd: connection.detachDescriptor(), maxPayloadBytes: limit)
         self.app = app
         self.upstream = upstream
-        self.replicaID = replica
-        self.hubID = hub
-        self.welcomeSeq = seq
+        self.replicaID = welcome.replica
+        self.hubID = welcome.hub
+        self.welcomeSeq = welcome.seq
+        self.maxFrameBytes = limit
         self.socketPath = connection.path
-        self.lastSeq = Atomic(seq)
+        self.lastSeq = Atomic(welcome.seq)
         self.pendingDecoder = Mutex(connection.decoder)
         self.shared = Mutex(Shared())
+        let report = onDispatchFailure ?? { error, json in
+            Console.error("StoreReplica: an action dispatched through the store was not sent (\(error.description)): \(json.canonicalString)")
+        }
         self.store = Store(
             initialState: state, reducer: app, enhancer: .applyMiddleware(middleware), history: nil, onError: nil,
             terminal: { action in
-                upstream.send(.dispatch(id: upstream.makeID(), action: app.encodeAction(action)))
+                let json = app.encodeAction(action)
+                if let failure = upstream.send(.dispatch(id: upstream.makeID(), action: json)).failure {
+                    report(failure, json)
+                }
             }
         )
     }
@@ -175,6 +206,34 @@ public final class Replica<App: SyncApp>: Sendable {
         )
     }
 
+    /// Sends `action` to the hub without waiting, skipping local middleware.
+    ///
+    /// The returned id names this dispatch in the events that follow: the
+    /// ``ReplicaEvent/action(seq:origin:id:action:json:)`` whose `origin` is ``replicaID``, or a
+    /// ``ReplicaEvent/rejected(id:error:)``.
+    ///
+    /// - Parameter action: The action.
+    /// - Returns: The dispatch id.
+    /// - Throws: ``ReplicaError/rejected(_:)`` with `frame-too-large` when the action is larger
+    ///   than the hub accepts, ``ReplicaError/disconnected(_:)`` when the connection is gone;
+    ///   nothing was sent in either case.
+    @discardableResult
+    public func send(_ action: App.Action) throws(ReplicaError) -> DispatchID {
+        try send(json: app.encodeAction(action))
+    }
+
+    /// Sends a wire action without waiting; see ``send(_:)``.
+    ///
+    /// - Parameter json: The action's wire JSON.
+    /// - Returns: The dispatch id.
+    /// - Throws: ``ReplicaError`` when nothing could be sent.
+    @discardableResult
+    public func send(json: JSON) throws(ReplicaError) -> DispatchID {
+        let id = upstream.makeID()
+        if let failure = upstream.send(.dispatch(id: id, action: json)).failure { throw failure }
+        return id
+    }
+
     /// Asks the hub for its status over this connection.
     ///
     /// - Returns: The status.
@@ -193,10 +252,10 @@ public final class Replica<App: SyncApp>: Sendable {
     /// Registers a continuation for a reply, sends the request, and waits.
     ///
     /// If the connection has already ended, or the send fails, the wait ends at once with
-    /// ``ReplicaError/disconnected(_:)`` (and the registration is undone).
+    /// ``ReplicaError/disconnected(_:)`` or the local refusal (and the registration is undone).
     private func awaitReply<T: Sendable>(
         register: @escaping (inout Shared, CheckedContinuation<T, any Error>) -> Void,
-        send: () -> String?,
+        send: () -> Upstream.Outcome,
         unregister: @escaping (inout Shared) -> CheckedContinuation<T, any Error>?
     ) async throws(ReplicaError) -> T {
         do {
@@ -210,8 +269,8 @@ public final class Replica<App: SyncApp>: Sendable {
                     continuation.resume(throwing: ReplicaError.disconnected(ended.description))
                     return
                 }
-                if let failure = send(), let waiting = shared.withLock({ unregister(&$0) }) {
-                    waiting.resume(throwing: ReplicaError.disconnected(failure))
+                if let failure = send().failure, let waiting = shared.withLock({ unregister(&$0) }) {
+                    waiting.resume(throwing: failure)
                 }
             }
         } catch let error as ReplicaError {
@@ -225,14 +284,22 @@ public final class Replica<App: SyncApp>: Sendable {
     /// refused) by the hub and applied here.
     ///
     /// Use it after `store.dispatch` (fire-and-forget, e.g. a thunk) to read your own
-    /// writes. It is one `status` round trip: the hub answers a connection's messages in
-    /// order and sends every action it sequenced before the answer.
+    /// writes. It is one `sync` round trip, which costs the hub O(1) whatever the state's
+    /// size: the hub answers a connection's messages in order and sends every action it
+    /// sequenced before the answer.
     ///
-    /// - Returns: The seq applied here when the barrier completed.
+    /// - Returns: The seq applied here when the barrier completed (at least the hub's seq
+    ///   when it answered).
     /// - Throws: ``ReplicaError/disconnected(_:)`` when the connection is gone.
     @discardableResult
     public func sync() async throws(ReplicaError) -> UInt64 {
-        _ = try await status()
+        // Replies come in request order; the reader resumes the first waiter. As for status,
+        // a failed send means the connection is ending and the reader fails every waiter.
+        _ = try await awaitReply(
+            register: { $0.syncWaiters.append($1) },
+            send: { upstream.send(.sync(id: nil)) },
+            unregister: { _ in nil }
+        )
         return seq
     }
 
@@ -249,17 +316,36 @@ public final class Replica<App: SyncApp>: Sendable {
             return shared.nextObserver
         }
         return Subscription { [weak self] in
-            self?.shared.withLock { $0.observers.removeAll { $0.id == id } }
+            // The removed callback is released after the lock: its captures may include
+            // another token of this replica, whose release takes the same lock.
+            let removed = self?.shared.withLock { shared -> [(id: Int, callback: @Sendable (ReplicaEvent<App.Action>) -> Void)] in
+                guard let index = shared.observers.firstIndex(where: { $0.id == id }) else { return [] }
+                return [shared.observers.remove(at: index)]
+            }
+            withExtendedLifetime(removed) {}
         }
     }
 
+    /// The default bound of ``events(limit:)``.
+    public static var defaultEventLimit: Int { 65_536 }
+
     /// An `AsyncStream` of events; it finishes after the `disconnected` event.
     ///
-    /// - Returns: The stream (unbounded buffer: every action, in order).
-    public func events() -> AsyncStream<ReplicaEvent<App.Action>> {
-        let (stream, continuation) = AsyncStream.makeStream(of: ReplicaEvent<App.Action>.self)
+    /// The stream buffers at most `limit` events for a consumer that falls behind. It never
+    /// skips one: if the consumer falls further behind, the stream ends after the last event
+    /// that fit (the replica itself carries on; iterate faster, raise the limit, or use
+    /// ``observeEvents(_:)``).
+    ///
+    /// - Parameter limit: The most events held for the consumer.
+    /// - Returns: The stream: every event, in order, up to the bound.
+    public func events(limit: Int = defaultEventLimit) -> AsyncStream<ReplicaEvent<App.Action>> {
+        let (stream, continuation) = AsyncStream.makeStream(
+            of: ReplicaEvent<App.Action>.self, bufferingPolicy: .bufferingOldest(max(1, limit)))
         let token = observeEvents { event in
-            continuation.yield(event)
+            if case .dropped = continuation.yield(event) {
+                continuation.finish()
+                return
+            }
             if case .disconnected = event { continuation.finish() }
         }
         continuation.onTermination = { _ in token.cancel() }
@@ -389,10 +475,16 @@ public final class Replica<App: SyncApp>: Sendable {
         case .status(let status):
             let waiter = shared.withLock { $0.statusWaiters.isEmpty ? nil : $0.statusWaiters.removeFirst() }
             waiter?.resume(returning: status)
+        case .synced:
+            let waiter = shared.withLock { $0.syncWaiters.isEmpty ? nil : $0.syncWaiters.removeFirst() }
+            waiter?.resume(returning: lastSeq.load(ordering: .relaxed))
         case .error(let error):
             return .hub(error)
         case .welcome:
             return .protocolViolation("a second welcome")
+        case .unknown:
+            // The extension rule: a newer hub may send message types this library does not know.
+            break
         }
         return nil
     }
@@ -404,6 +496,7 @@ public final class Replica<App: SyncApp>: Sendable {
             defer {
                 shared.acks = [:]
                 shared.statusWaiters = []
+                shared.syncWaiters = []
                 shared.closeWaiters = []
             }
             return shared
@@ -411,6 +504,7 @@ public final class Replica<App: SyncApp>: Sendable {
         let failure = ReplicaError.disconnected(reason.description)
         for ack in shared.acks.values { ack.resume(throwing: failure) }
         for waiter in shared.statusWaiters { waiter.resume(throwing: failure) }
+        for waiter in shared.syncWaiters { waiter.resume(throwing: failure) }
         for observer in shared.observers { observer.callback(.disconnected(reason)) }
         for waiter in shared.closeWaiters { waiter.resume(returning: reason) }
     }

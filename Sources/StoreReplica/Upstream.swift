@@ -33,6 +33,9 @@ final class Upstream: Sendable {
     private let roomAvailable = DispatchSemaphore(value: 0)
     /// The backlog at which senders start to wait.
     let maxQueuedBytes: Int
+    /// The largest payload the hub accepts (`max_frame_bytes` from its welcome); a larger
+    /// message is refused here, so it costs the sender one refusal instead of the connection.
+    let maxPayloadBytes: Int
 
     private struct State {
         var pending: [UInt8] = []
@@ -47,9 +50,29 @@ final class Upstream: Sendable {
         var closedLocally = false
     }
 
-    init(fd: Int32, maxQueuedBytes: Int = 8 << 20) {
+    init(fd: Int32, maxPayloadBytes: Int, maxQueuedBytes: Int = 8 << 20) {
         self.fd = fd
+        self.maxPayloadBytes = maxPayloadBytes
         self.maxQueuedBytes = maxQueuedBytes
+    }
+
+    /// What became of a message handed to ``send(_:)``.
+    enum Outcome: Sendable, Equatable {
+        /// Written, or queued for the writer thread.
+        case sent
+        /// Longer than the hub accepts; nothing was sent and the connection is untouched.
+        case tooLarge(WireError)
+        /// The connection cannot take writes (it failed, or this side closed it).
+        case closed(String)
+
+        /// Why it was not sent, as the error a caller reports; `nil` when sent.
+        var failure: ReplicaError? {
+            switch self {
+            case .sent: nil
+            case .tooLarge(let error): .rejected(error)
+            case .closed(let reason): .disconnected(reason)
+            }
+        }
     }
 
     /// A fresh dispatch id, unique on this connection.
@@ -57,10 +80,23 @@ final class Upstream: Sendable {
 
     /// Sends one frame: directly when the line is idle, else through the writer thread.
     ///
-    /// - Returns: `nil`, or why the connection cannot take writes.
+    /// - Returns: Whether it was sent; a message longer than the hub's limit is refused here.
     @discardableResult
-    func send(_ message: ClientMessage) -> String? {
-        let frame = Frame.encode(message)
+    func send(_ message: ClientMessage) -> Outcome {
+        let frame: [UInt8]
+        do throws(FrameError) {
+            frame = try Frame.encode(message)
+        } catch {
+            return .tooLarge(WireError(.frameTooLarge, "the message does not fit one frame (\(error.description)); split the action"))
+        }
+        guard frame.count - Frame.headerSize <= maxPayloadBytes else {
+            return .tooLarge(WireError(.frameTooLarge, "the message is \(frame.count - Frame.headerSize) bytes, more than the hub's limit of \(maxPayloadBytes) bytes (its --max-frame-bytes); nothing was sent — split the action or raise the hub's limit"))
+        }
+        return sendFrame(frame).map { .closed($0) } ?? .sent
+    }
+
+    /// Sends an encoded frame; returns `nil`, or why the connection cannot take writes.
+    private func sendFrame(_ frame: [UInt8]) -> String? {
         enum Plan { case failed(String), direct, queued(wake: Bool, wait: Bool) }
         let plan = state.withLock { state -> Plan in
             if let failure = state.failure { return .failed(failure) }

@@ -20,23 +20,35 @@ public enum SignalPipe {
     ///   each byte read is a signal number.
     /// - Throws: ``SystemError`` when the pipe cannot be created.
     public static func install() throws(SystemError) -> Int32 {
-        var ends: [Int32] = [-1, -1]
-        guard pipe(&ends) == 0 else { throw SystemError.lastCall("cannot create the signal pipe") }
-        for fd in ends {
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            try UnixSocket.setNonBlocking(fd)
-        }
-        signalWriteEnd.store(ends[1], ordering: .sequentiallyConsistent)
+        let ends = try UnixSocket.makePipe()
+        signalWriteEnd.store(ends.write, ordering: .sequentiallyConsistent)
         let handler: @convention(c) (Int32) -> Void = { signal in
+            // Async-signal-safe only: an atomic load and one write. `errno` is saved and
+            // restored, because the interrupted code may be about to read it.
+            let saved = errno
             let fd = signalWriteEnd.load(ordering: .relaxed)
-            guard fd >= 0 else { return }
-            var byte = UInt8(truncatingIfNeeded: signal)
-            _ = write(fd, &byte, 1)
+            if fd >= 0 {
+                var byte = UInt8(truncatingIfNeeded: signal)
+                _ = write(fd, &byte, 1)
+            }
+            errno = saved
         }
-        signal(SIGINT, handler)
-        signal(SIGTERM, handler)
+        var action = sigaction()
+        #if canImport(Darwin)
+        action.__sigaction_u.__sa_handler = handler
+        #else
+        action.__sigaction_handler.sa_handler = handler
+        #endif
+        sigemptyset(&action.sa_mask)
+        // SA_RESTART: a system call the signal interrupts is restarted rather than failing with EINTR.
+        action.sa_flags = SA_RESTART
+        for number in [SIGINT, SIGTERM] {
+            guard sigaction(number, &action, nil) == 0 else {
+                throw SystemError.lastCall("cannot install the handler for signal \(number)")
+            }
+        }
         unblockTerminationSignals()
-        return ends[0]
+        return ends.read
     }
 
     /// Unblocks SIGINT and SIGTERM on the calling thread (and threads it starts later).

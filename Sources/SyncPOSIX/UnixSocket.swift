@@ -5,6 +5,9 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+#if os(Linux)
+import CSyncPOSIX
+#endif
 
 /// Unix domain stream sockets through the C library: listen, connect, read, write, close.
 ///
@@ -26,46 +29,69 @@ public enum UnixSocket {
     /// Binds and listens on `path`, replacing a stale socket file but never a live hub.
     ///
     /// The socket's directory is created with mode 0700 if missing; the socket gets mode
-    /// 0600. A socket file nobody accepts on (left by a hub that died) is removed first.
+    /// 0600. Start-up is serialised by an exclusive `flock` on `PATH.lock` (kept for the
+    /// listener's life), so two hubs starting together cannot both decide the path is free;
+    /// a socket file nobody accepts on (left by a hub that died) is then removed.
     ///
     /// - Parameters:
     ///   - path: The socket path.
     ///   - backlog: The `listen` backlog.
-    /// - Returns: The listening descriptor, non-blocking and close-on-exec.
-    /// - Throws: ``SystemError`` when the path is too long, a live hub already listens there,
-    ///   the path is some other kind of file, or a system call fails.
-    public static func listen(at path: String, backlog: Int32 = 128) throws(SystemError) -> Int32 {
+    /// - Returns: The listener (non-blocking and close-on-exec), which remembers the inode it bound.
+    /// - Throws: ``SystemError`` when the path is too long or unusable, another hub holds the
+    ///   lock or listens there, the path is some other kind of file, or a system call fails.
+    public static func listen(at path: String, backlog: Int32 = 128) throws(SystemError) -> ListeningSocket {
         try SocketPath.validate(path)
         try SocketPath.prepareDirectory(for: path)
-        var info = stat()
-        if lstat(path, &info) == 0 {
-            guard (info.st_mode & S_IFMT) == S_IFSOCK else {
-                throw SystemError("\(path) exists and is not a socket; refusing to replace it — remove it or choose another --socket path")
-            }
-            switch probe(path) {
-            case .live:
-                throw SystemError("a hub is already listening on \(path); stop it first, or start this one with another --socket path", errno: EADDRINUSE)
-            case .stale:
-                if unlink(path) != 0 && currentErrno() != ENOENT {
-                    throw SystemError.lastCall("cannot remove the stale socket \(path)")
-                }
-            case .failed(let error):
-                throw error
-            }
-        }
-        let fd = try makeSocket()
+        let lockPath = ListeningSocket.lockPath(for: path)
+        let lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard lockFD >= 0 else { throw SystemError.lastCall("cannot open the lock file \(lockPath)") }
+        var fd: Int32 = -1
         do throws(SystemError) {
+            guard flock(lockFD, LOCK_EX | LOCK_NB) == 0 else {
+                let code = currentErrno()
+                if code == EWOULDBLOCK {
+                    throw SystemError("another hub is already listening on \(path), or starting there (it holds the lock \(lockPath)); stop it first, or start this one with another --socket path", errno: EADDRINUSE)
+                }
+                throw SystemError.lastCall("cannot lock \(lockPath)")
+            }
+            var info = stat()
+            if lstat(path, &info) == 0 {
+                guard (info.st_mode & S_IFMT) == S_IFSOCK else {
+                    throw SystemError("\(path) exists and is not a socket; refusing to replace it — remove it or choose another --socket path")
+                }
+                switch probe(path) {
+                case .live:
+                    throw SystemError("a hub is already listening on \(path); stop it first, or start this one with another --socket path", errno: EADDRINUSE)
+                case .stale:
+                    if unlink(path) != 0 && currentErrno() != ENOENT {
+                        throw SystemError.lastCall("cannot remove the stale socket \(path)")
+                    }
+                case .failed(let error):
+                    throw error
+                }
+            }
+            fd = try makeSocket()
+            let listening = fd
             try withAddress(path) { (address, length) throws(SystemError) in
-                guard bind(fd, address, length) == 0 else {
+                guard bind(listening, address, length) == 0 else {
                     throw SystemError.lastCall("cannot bind the socket \(path)")
                 }
             }
-            guard chmod(path, 0o600) == 0 else { throw SystemError.lastCall("cannot set mode 0600 on \(path)") }
-            guard Glibc_listen(fd, backlog) == 0 else { throw SystemError.lastCall("cannot listen on \(path)") }
-            try setNonBlocking(fd)
-            return fd
+            guard lstat(path, &info) == 0 else { throw SystemError.lastCall("cannot stat the new socket \(path)") }
+            let bound = ListeningSocket(fd: fd, path: path, lockFD: lockFD, device: UInt64(info.st_dev),
+                                        inode: UInt64(info.st_ino))
+            do throws(SystemError) {
+                guard chmod(path, 0o600) == 0 else { throw SystemError.lastCall("cannot set mode 0600 on \(path)") }
+                guard Glibc_listen(fd, backlog) == 0 else { throw SystemError.lastCall("cannot listen on \(path)") }
+                try setNonBlocking(fd)
+            } catch {
+                bound.close()
+                throw error
+            }
+            return bound
         } catch {
-            close(fd)
+            if fd >= 0 { close(fd) }
+            close(lockFD)
             throw error
         }
     }
@@ -125,16 +151,28 @@ public enum UnixSocket {
     /// - Throws: ``SystemError`` for failures other than "none pending" and transient ones.
     public static func accept(_ listener: Int32) throws(SystemError) -> Int32? {
         while true {
+            #if !os(Linux)
             let fd = Glibc_accept(listener, nil, nil)
             if fd >= 0 {
+                // No accept4 here: flags are set right after, before anything can fork from this
+                // thread's point of view (the hub's loop thread is the only one accepting).
                 _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-                try setNonBlocking(fd)
-                #if canImport(Darwin)
                 var on: Int32 = 1
                 setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &on, socklen_t(MemoryLayout<Int32>.size))
-                #endif
+                do throws(SystemError) {
+                    try setNonBlocking(fd)
+                } catch {
+                    close(fd)
+                    throw error
+                }
                 return fd
             }
+            #else
+            // Atomically close-on-exec and non-blocking: a process forking on another thread
+            // never inherits the connection.
+            let fd = csyncposix_accept4(listener, Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue))
+            if fd >= 0 { return fd }
+            #endif
             switch currentErrno() {
             case EINTR: continue
             case EAGAIN, EWOULDBLOCK, ECONNABORTED, EPROTO: return nil
@@ -260,23 +298,50 @@ public enum UnixSocket {
         _ = Glibc_close(fd)
     }
 
-    /// Stops a process from being killed by SIGPIPE when it writes to a closed socket.
+    /// Makes this process ignore SIGPIPE (for a program's own use, such as a test runner that
+    /// writes to pipes of child processes it may have killed).
+    ///
+    /// The library never needs it and never calls it: its socket writes use `MSG_NOSIGNAL`
+    /// (Linux) or `SO_NOSIGPIPE` (Apple platforms), so a closed peer is an `EPIPE` result.
     public static func ignoreBrokenPipes() {
         signal(SIGPIPE, SIG_IGN)
     }
 
-    private static func makeSocket() throws(SystemError) -> Int32 {
-        #if canImport(Darwin)
-        let type = SOCK_STREAM
+    /// Creates a pipe whose two ends are non-blocking and close-on-exec.
+    ///
+    /// - Returns: The read end and the write end.
+    /// - Throws: ``SystemError`` when the pipe cannot be created.
+    public static func makePipe() throws(SystemError) -> (read: Int32, write: Int32) {
+        var ends: [Int32] = [-1, -1]
+        #if !os(Linux)
+        guard pipe(&ends) == 0 else { throw SystemError.lastCall("cannot create a pipe") }
+        for fd in ends {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            do throws(SystemError) {
+                try setNonBlocking(fd)
+            } catch {
+                close(ends[0])
+                close(ends[1])
+                throw error
+            }
+        }
         #else
-        let type = Int32(SOCK_STREAM.rawValue)
+        guard csyncposix_pipe2(&ends, O_CLOEXEC | O_NONBLOCK) == 0 else { throw SystemError.lastCall("cannot create a pipe") }
         #endif
-        let fd = socket(AF_UNIX, type, 0)
+        return (ends[0], ends[1])
+    }
+
+    private static func makeSocket() throws(SystemError) -> Int32 {
+        #if !os(Linux)
+        let fd = socket(AF_UNIX, SOCK_STREAM, 0)
         guard fd >= 0 else { throw SystemError.lastCall("cannot create a Unix socket") }
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-        #if canImport(Darwin)
         var on: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &on, socklen_t(MemoryLayout<Int32>.size))
+        #else
+        // Close-on-exec from birth: a fork on another thread can never inherit it.
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SystemError.lastCall("cannot create a Unix socket") }
         #endif
         return fd
     }

@@ -32,7 +32,7 @@ extension JSON {
             for (key, value) in _JSONWriter.sortedMembers(members) {
                 if !first { buffer.append(UInt8(ascii: ",")) }
                 first = false
-                _JSONWriter.writeString(key, into: &buffer)
+                _JSONWriter.writeString(key.string, into: &buffer)
                 buffer.append(UInt8(ascii: ":"))
                 value.writeCanonical(into: &buffer)
             }
@@ -98,7 +98,7 @@ extension JSON {
                 if !first { buffer.append(UInt8(ascii: ",")) }
                 first = false
                 _JSONWriter.newline(indent: indent + 1, into: &buffer)
-                _JSONWriter.writeString(key, into: &buffer)
+                _JSONWriter.writeString(key.string, into: &buffer)
                 _JSONWriter.appendStatic(": ", to: &buffer)
                 value.writePretty(into: &buffer, indent: indent + 1)
             }
@@ -123,10 +123,10 @@ enum _JSONWriter {
     // MARK: Member order
 
     /// The members ordered by the UTF-16 code units of their keys (RFC 8785 §3.2.3).
-    static func sortedMembers(_ members: [String: JSON]) -> [(key: String, value: JSON)] {
+    static func sortedMembers(_ members: [JSONKey: JSON]) -> [(key: JSONKey, value: JSON)] {
         var entries = Array(members)
         if entries.count > 1 {
-            entries.sort { utf16Precedes($0.key, $1.key) }
+            entries.sort { utf16Precedes($0.key.string, $1.key.string) }
         }
         return entries
     }

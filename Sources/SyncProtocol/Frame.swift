@@ -4,15 +4,19 @@ public enum Frame {
     public static let headerSize = 4
     /// The default largest payload a ``FrameDecoder`` accepts (1 MiB).
     public static let defaultMaxPayloadBytes = 1 << 20
+    /// The largest payload the 32-bit length header can announce: 4 GiB − 1.
+    public static let maxPayloadBytes = Int(UInt32.max)
 
     /// Appends a big-endian 4-byte length header.
     ///
-    /// - Precondition: `0 <= length <= UInt32.max`; this is the caller's invariant, not input.
     /// - Parameters:
     ///   - length: The payload length the header announces.
     ///   - buffer: The buffer to append the 4 header bytes to.
-    public static func appendHeader(length: Int, to buffer: inout [UInt8]) {
-        precondition(length >= 0 && UInt64(length) <= UInt64(UInt32.max), "frame length out of range")
+    /// - Throws: ``FrameError/tooLarge(length:limit:)`` when `length` exceeds ``maxPayloadBytes``
+    ///   (nothing is appended), ``FrameError/emptyFrame`` when it is 0.
+    public static func appendHeader(length: Int, to buffer: inout [UInt8]) throws(FrameError) {
+        guard length > 0 else { throw .emptyFrame }
+        guard length <= maxPayloadBytes else { throw .tooLarge(length: length, limit: maxPayloadBytes) }
         let value = UInt32(truncatingIfNeeded: length)
         buffer.append(UInt8(truncatingIfNeeded: value >> 24))
         buffer.append(UInt8(truncatingIfNeeded: value >> 16))
@@ -22,40 +26,60 @@ public enum Frame {
 
     /// Appends one frame (header and payload) to `buffer`.
     ///
-    /// - Precondition: `payload.count <= UInt32.max`.
     /// - Parameters:
     ///   - payload: The payload bytes.
     ///   - buffer: The buffer to append the frame to.
-    public static func append(payload: UnsafeRawBufferPointer, to buffer: inout [UInt8]) {
-        buffer.reserveCapacity(buffer.count + headerSize + payload.count)
-        appendHeader(length: payload.count, to: &buffer)
+    /// - Throws: ``FrameError`` when the payload is empty or longer than ``maxPayloadBytes``
+    ///   (nothing is appended).
+    public static func append(payload: UnsafeRawBufferPointer, to buffer: inout [UInt8]) throws(FrameError) {
+        try appendHeader(length: payload.count, to: &buffer)
         buffer.append(contentsOf: payload)
     }
 
     /// Appends one frame (header and payload) to `buffer`.
     ///
-    /// - Precondition: `payload.count <= UInt32.max`.
     /// - Parameters:
     ///   - payload: The payload bytes.
     ///   - buffer: The buffer to append the frame to.
-    public static func append(payload: [UInt8], to buffer: inout [UInt8]) {
-        buffer.reserveCapacity(buffer.count + headerSize + payload.count)
-        appendHeader(length: payload.count, to: &buffer)
+    /// - Throws: ``FrameError`` when the payload is empty or longer than ``maxPayloadBytes``
+    ///   (nothing is appended).
+    public static func append(payload: [UInt8], to buffer: inout [UInt8]) throws(FrameError) {
+        try appendHeader(length: payload.count, to: &buffer)
         buffer.append(contentsOf: payload)
     }
 
     /// Encodes a JSON value as one frame whose payload is its RFC 8785 canonical bytes.
+    ///
     /// - Parameter json: The value to send.
     /// - Returns: The header followed by ``JSON/canonicalBytes``.
-    public static func encode(_ json: JSON) -> [UInt8] {
+    /// - Throws: ``FrameError/tooLarge(length:limit:)`` when the canonical form is longer than
+    ///   ``maxPayloadBytes``.
+    public static func encode(_ json: JSON) throws(FrameError) -> [UInt8] {
         var buffer: [UInt8] = [0, 0, 0, 0]
         buffer.reserveCapacity(64)
         json.writeCanonical(into: &buffer)
-        var header: [UInt8] = []
-        header.reserveCapacity(headerSize)
-        appendHeader(length: buffer.count - headerSize, to: &header)
-        buffer.replaceSubrange(0..<headerSize, with: header)
+        try patchHeader(of: &buffer, at: 0)
         return buffer
+    }
+
+    /// Writes the length header of the frame that starts at `start` and runs to the end of `buffer`.
+    ///
+    /// - Parameters:
+    ///   - buffer: Holds a 4-byte placeholder at `start`, then the payload.
+    ///   - start: Where the frame starts.
+    /// - Throws: ``FrameError/tooLarge(length:limit:)`` when the payload does not fit the header;
+    ///   the frame is then removed from `buffer`.
+    static func patchHeader(of buffer: inout [UInt8], at start: Int) throws(FrameError) {
+        let length = buffer.count - start - headerSize
+        guard length <= maxPayloadBytes else {
+            buffer.removeSubrange(start...)
+            throw .tooLarge(length: length, limit: maxPayloadBytes)
+        }
+        let value = UInt32(truncatingIfNeeded: length)
+        buffer[start] = UInt8(truncatingIfNeeded: value >> 24)
+        buffer[start + 1] = UInt8(truncatingIfNeeded: value >> 16)
+        buffer[start + 2] = UInt8(truncatingIfNeeded: value >> 8)
+        buffer[start + 3] = UInt8(truncatingIfNeeded: value)
     }
 }
 
@@ -169,20 +193,27 @@ public struct FrameDecoder: Sendable {
         return start..<(start + length)
     }
 
+    /// The capacity a drained buffer keeps; a larger one (left by a large frame) is released,
+    /// so one big frame does not pin its size in memory for the rest of the connection.
+    public static let retainedCapacity = 256 << 10
+
     private mutating func consume(upTo offset: Int) {
         readOffset = offset
         if readOffset == storage.count {
-            storage.removeAll(keepingCapacity: true)
+            storage.removeAll(keepingCapacity: storage.capacity <= Self.retainedCapacity)
             readOffset = 0
         }
     }
+
+    /// The bytes of memory the buffer holds (its capacity), for tests and diagnostics.
+    public var reservedByteCount: Int { storage.capacity }
 
     /// Drops the consumed prefix when that moves no more bytes than were consumed since the
     /// last compaction, which keeps the total copying linear in the stream length.
     private mutating func compact() {
         guard readOffset > 0 else { return }
         if readOffset == storage.count {
-            storage.removeAll(keepingCapacity: true)
+            storage.removeAll(keepingCapacity: storage.capacity <= Self.retainedCapacity)
             readOffset = 0
         } else if readOffset >= 4096 && readOffset >= storage.count - readOffset {
             storage.removeSubrange(0..<readOffset)

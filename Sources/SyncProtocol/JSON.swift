@@ -4,6 +4,13 @@
 /// integer within ±2^53 is exact and `1` equals `1.0`. Objects are unordered; the
 /// canonical writer (``JSON/canonicalBytes``) sorts their members, so two equal
 /// values always serialise to the same bytes.
+///
+/// ## Equality is JSON's, not Swift's
+/// Strings and member names compare by Unicode scalars (RFC 8259, RFC 8785), never by
+/// Swift's canonical equivalence: `"é"` (U+00E9) and `"e\u{301}"` are different strings
+/// and different keys, exactly as every other JSON implementation sees them. `==` agrees
+/// with canonical-bytes equality: `a == b` exactly when `a.canonicalBytes == b.canonicalBytes`
+/// (so `1 == 1.0`, `-0 == 0`, and a non-finite number, written as `null`, equals `null`).
 public enum JSON: Sendable, Hashable {
     /// `null`.
     case null
@@ -15,8 +22,107 @@ public enum JSON: Sendable, Hashable {
     case string(String)
     /// An ordered array.
     case array([JSON])
-    /// An object; member order carries no meaning.
-    case object([String: JSON])
+    /// An object; member order carries no meaning. Keys compare by Unicode scalars.
+    case object([JSONKey: JSON])
+}
+
+extension JSON {
+    /// JSON equality: scalar-wise strings and keys, numeric numbers, and a non-finite number
+    /// equal to `null` (as the canonical form writes it). Agrees with canonical-bytes equality.
+    public static func == (lhs: JSON, rhs: JSON) -> Bool {
+        switch (lhs, rhs) {
+        case (.null, .null): return true
+        case (.bool(let a), .bool(let b)): return a == b
+        case (.number(let a), .number(let b)):
+            if a.isFinite && b.isFinite { return a == b }
+            return !a.isFinite && !b.isFinite
+        case (.number(let a), .null), (.null, .number(let a)): return !a.isFinite
+        case (.string(let a), .string(let b)): return a.utf8.elementsEqual(b.utf8)
+        case (.array(let a), .array(let b)): return a == b
+        case (.object(let a), .object(let b)): return a == b
+        default: return false
+        }
+    }
+
+    /// Hashes consistently with ``==(_:_:)``.
+    ///
+    /// - Parameter hasher: The hasher.
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .null:
+            hasher.combine(0 as UInt8)
+        case .bool(let value):
+            hasher.combine(1 as UInt8)
+            hasher.combine(value)
+        case .number(let value):
+            guard value.isFinite else { hasher.combine(0 as UInt8); return }
+            hasher.combine(2 as UInt8)
+            hasher.combine(value == 0 ? 0 : value)
+        case .string(let value):
+            hasher.combine(3 as UInt8)
+            JSONKey.hashScalars(of: value, into: &hasher)
+        case .array(let elements):
+            hasher.combine(4 as UInt8)
+            hasher.combine(elements)
+        case .object(let members):
+            hasher.combine(5 as UInt8)
+            hasher.combine(members)
+        }
+    }
+}
+
+/// An object member name: a string compared and hashed by its Unicode scalars.
+///
+/// Swift's `String` compares by canonical equivalence, so `"é"` (U+00E9) equals
+/// `"e\u{301}"`; JSON (RFC 8259, I-JSON, RFC 8785) does not. Keying objects by `JSONKey`
+/// keeps both as two members, exactly as a client in any other language does, so replicas
+/// written in different languages compute the same state and digest.
+///
+/// A string literal is a key: `json.objectValue?["type"]`, `let members: [JSONKey: JSON] = ["type": "set"]`.
+public struct JSONKey: Hashable, Sendable, Comparable, ExpressibleByStringLiteral, CustomStringConvertible {
+    /// The member name.
+    public let string: String
+
+    /// Creates a key.
+    ///
+    /// - Parameter string: The member name.
+    @inlinable public init(_ string: String) { self.string = string }
+
+    /// Creates a key from a literal.
+    ///
+    /// - Parameter value: The member name.
+    @inlinable public init(stringLiteral value: String) { self.string = value }
+
+    /// The member name.
+    public var description: String { string }
+
+    /// Whether two names have the same Unicode scalars.
+    @inlinable public static func == (lhs: JSONKey, rhs: JSONKey) -> Bool {
+        lhs.string.utf8.elementsEqual(rhs.string.utf8)
+    }
+
+    /// Orders names as RFC 8785 sorts members: by their UTF-16 code units.
+    public static func < (lhs: JSONKey, rhs: JSONKey) -> Bool {
+        _JSONWriter.utf16Precedes(lhs.string, rhs.string)
+    }
+
+    /// Hashes the UTF-8 bytes (the scalars), consistently with ``==(_:_:)``.
+    ///
+    /// - Parameter hasher: The hasher.
+    @inlinable public func hash(into hasher: inout Hasher) {
+        JSONKey.hashScalars(of: string, into: &hasher)
+    }
+
+    /// Feeds a string's UTF-8 bytes to `hasher`, so that strings with the same scalars hash alike.
+    @inlinable static func hashScalars(of string: String, into hasher: inout Hasher) {
+        let done: Void? = string.utf8.withContiguousStorageIfAvailable { bytes in
+            hasher.combine(bytes: UnsafeRawBufferPointer(bytes))
+        }
+        if done == nil {
+            for byte in string.utf8 { hasher.combine(byte) }
+        }
+        hasher.combine(string.utf8.count)
+    }
 }
 
 extension JSON {
@@ -55,7 +161,7 @@ extension JSON {
     }
 
     /// The members, or `nil` when this is not an object.
-    @inlinable public var objectValue: [String: JSON]? {
+    @inlinable public var objectValue: [JSONKey: JSON]? {
         if case .object(let value) = self { return value }
         return nil
     }
@@ -68,7 +174,7 @@ extension JSON {
 
     /// The member named `key` of an object; `nil` for a missing member or a non-object.
     @inlinable public subscript(key: String) -> JSON? {
-        if case .object(let members) = self { return members[key] }
+        if case .object(let members) = self { return members[JSONKey(key)] }
         return nil
     }
 
@@ -153,7 +259,7 @@ extension JSON: ExpressibleByArrayLiteral {
 extension JSON: ExpressibleByDictionaryLiteral {
     /// Creates an object. A repeated key keeps its last value.
     @inlinable public init(dictionaryLiteral elements: (String, JSON)...) {
-        self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
+        self = .object(Dictionary(elements.map { (JSONKey($0.0), $0.1) }, uniquingKeysWith: { _, last in last }))
     }
 }
 

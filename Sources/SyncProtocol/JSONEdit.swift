@@ -210,7 +210,7 @@ extension JSONEdit {
             // back on every exit (unchanged on throw, since every step below is atomic).
             node = .null
             defer { node = .object(members) }
-            if let index = members.index(forKey: token) {
+            if let index = members.index(forKey: JSONKey(token)) {
                 if isLast, case .remove = self {
                     members.remove(at: index)
                 } else {
@@ -223,10 +223,10 @@ extension JSONEdit {
                 var built = try valueForMissing(tokens: tokens)
                 var level = tokens.count - 1
                 while level > depth {
-                    built = .object([tokens[level]: built])
+                    built = .object([JSONKey(tokens[level]): built])
                     level -= 1
                 }
-                members[token] = built
+                members[JSONKey(token)] = built
             }
         case .array(var elements):
             node = .null
@@ -362,7 +362,7 @@ extension JSON {
             target = patch
             return
         }
-        var members: [String: JSON]
+        var members: [JSONKey: JSON]
         if case .object(let existing) = target {
             members = existing
         } else {

@@ -308,11 +308,11 @@ private struct _JSONByteParser {
         _ container: _OpenContainer, values: inout [JSON], keys: inout [String], keyOffsets: inout [Int]
     ) throws(JSONParseError) -> JSON {
         let count = values.count - container.valueStart
-        var members = [String: JSON](minimumCapacity: count)
+        var members = [JSONKey: JSON](minimumCapacity: count)
         var position = 0
         while position < count {
             let key = keys[container.keyStart + position]
-            if members.updateValue(values[container.valueStart + position], forKey: key) != nil {
+            if members.updateValue(values[container.valueStart + position], forKey: JSONKey(key)) != nil {
                 throw fail(keyOffsets[container.keyStart + position], "duplicate key \"\(key)\"")
             }
             position += 1

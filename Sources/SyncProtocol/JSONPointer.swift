@@ -135,7 +135,7 @@ extension JSON {
         for token in pointer.tokens {
             switch node {
             case .object(let members):
-                guard let child = members[token] else { return nil }
+                guard let child = members[JSONKey(token)] else { return nil }
                 node = child
             case .array(let elements):
                 guard let index = JSONPointer.arrayIndex(token), index < elements.count else { return nil }

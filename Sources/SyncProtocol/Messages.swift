@@ -40,6 +40,9 @@ public enum DispatchID: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// A message a client sends to the hub.
+///
+/// The hub refuses a type it does not know (`unknown-type`); see ``HubMessage`` for the
+/// other direction, where clients ignore what they do not know.
 public enum ClientMessage: Sendable, Equatable {
     /// Attach as a replica: `{"type":"hello","protocol":1,"app":"json","fingerprint":"…","name":"…"}`.
     case hello(protocolVersion: Int, app: String, fingerprint: String?, name: String?)
@@ -47,8 +50,13 @@ public enum ClientMessage: Sendable, Equatable {
     case dispatch(id: DispatchID, action: JSON)
     /// Ask for the hub's status: `{"type":"status"}`.
     case status
+    /// A barrier: `{"type":"sync"}` or `{"type":"sync","id":…}`. The hub answers
+    /// ``HubMessage/synced(seq:id:)`` in order with everything it sends this connection, at O(1) cost.
+    case sync(id: DispatchID?)
 
     /// Reads a client message, checking every member it needs.
+    ///
+    /// Members a message does not use are ignored.
     ///
     /// - Parameter json: The parsed frame payload.
     /// - Returns: The message.
@@ -82,12 +90,21 @@ public enum ClientMessage: Sendable, Equatable {
             self = .dispatch(id: id, action: action)
         case "status":
             self = .status
+        case "sync":
+            guard let rawID = members["id"], !rawID.isNull else {
+                self = .sync(id: nil)
+                return
+            }
+            guard let id = DispatchID(json: rawID) else {
+                throw WireError(.badFrame, "sync member \"id\" must be a string or an integer within ±(2^53 − 1)")
+            }
+            self = .sync(id: id)
         default:
-            throw WireError(.unknownType, "unknown message type \"\(type)\"; a client sends hello, dispatch or status")
+            throw WireError(.unknownType, "unknown message type \"\(type)\"; a client sends hello, dispatch, status or sync")
         }
     }
 
-    private static func optionalString(_ members: [String: JSON], _ key: String) throws(WireError) -> String? {
+    private static func optionalString(_ members: [JSONKey: JSON], _ key: JSONKey) throws(WireError) -> String? {
         guard let value = members[key], !value.isNull else { return nil }
         guard let string = value.stringValue else {
             throw WireError(.badFrame, "hello member \"\(key)\" must be a string, not \(value.kindName)")
@@ -99,7 +116,7 @@ public enum ClientMessage: Sendable, Equatable {
     public var json: JSON {
         switch self {
         case .hello(let version, let app, let fingerprint, let name):
-            var members: [String: JSON] = ["type": "hello", "protocol": JSON(version), "app": .string(app)]
+            var members: [JSONKey: JSON] = ["type": "hello", "protocol": JSON(version), "app": .string(app)]
             if let fingerprint { members["fingerprint"] = .string(fingerprint) }
             if let name { members["name"] = .string(name) }
             return .object(members)
@@ -107,6 +124,9 @@ public enum ClientMessage: Sendable, Equatable {
             return ["type": "dispatch", "id": id.json, "action": action]
         case .status:
             return ["type": "status"]
+        case .sync(let id):
+            guard let id else { return ["type": "sync"] }
+            return ["type": "sync", "id": id.json]
         }
     }
 }
@@ -145,6 +165,8 @@ public struct HubStatus: Sendable, Equatable {
     public var digest: String
     /// The attached replicas.
     public var replicas: [ReplicaInfo]
+    /// The largest frame payload the hub accepts from a client (`max_frame_bytes`), if it says.
+    public var maxFrameBytes: Int?
 
     /// Creates a status.
     ///
@@ -156,8 +178,9 @@ public struct HubStatus: Sendable, Equatable {
     ///   - seq: The last sequence number.
     ///   - digest: The state digest.
     ///   - replicas: The attached replicas.
+    ///   - maxFrameBytes: The hub's limit on a client frame's payload.
     public init(protocolVersion: Int, app: String, fingerprint: String, hub: String, seq: UInt64,
-                digest: String, replicas: [ReplicaInfo]) {
+                digest: String, replicas: [ReplicaInfo], maxFrameBytes: Int? = nil) {
         self.protocolVersion = protocolVersion
         self.app = app
         self.fingerprint = fingerprint
@@ -165,13 +188,53 @@ public struct HubStatus: Sendable, Equatable {
         self.seq = seq
         self.digest = digest
         self.replicas = replicas
+        self.maxFrameBytes = maxFrameBytes
+    }
+}
+
+/// The hub's `welcome`: this replica's id and the state every later action applies to.
+public struct Welcome: Sendable, Equatable {
+    /// The hub's run id.
+    public var hub: String
+    /// The replica id the hub assigned to this connection.
+    public var replica: Int
+    /// The seq the state was taken at; the next action this connection receives is `seq + 1`.
+    public var seq: UInt64
+    /// The state, as the app encodes it.
+    public var state: JSON
+    /// The digest of the state's canonical bytes.
+    public var digest: String
+    /// The largest frame payload the hub accepts from a client (`max_frame_bytes`), if it says;
+    /// a client refuses a larger dispatch itself instead of losing its connection.
+    public var maxFrameBytes: Int?
+
+    /// Creates a welcome.
+    ///
+    /// - Parameters:
+    ///   - hub: The hub's run id.
+    ///   - replica: The replica id.
+    ///   - seq: The seq of the state.
+    ///   - state: The state.
+    ///   - digest: The state's digest.
+    ///   - maxFrameBytes: The hub's frame limit for clients.
+    public init(hub: String, replica: Int, seq: UInt64, state: JSON, digest: String, maxFrameBytes: Int? = nil) {
+        self.hub = hub
+        self.replica = replica
+        self.seq = seq
+        self.state = state
+        self.digest = digest
+        self.maxFrameBytes = maxFrameBytes
     }
 }
 
 /// A message the hub sends to a client.
+///
+/// **Extension rule:** the protocol grows by new message types and new members. A client
+/// ignores a message type it does not know (decoded here as ``unknown(type:)``) and every
+/// member it does not know, so a newer hub never breaks an older replica.
 public enum HubMessage: Sendable, Equatable {
     /// Attached: the state as of `seq`, and this replica's id.
-    case welcome(hub: String, replica: Int, seq: UInt64, state: JSON, digest: String)
+    case welcome(Welcome)
     /// A sequenced action, sent to every attached replica including its origin.
     case action(seq: UInt64, origin: Int, id: DispatchID, action: JSON)
     /// The origin's dispatch `id` was refused; nothing was sequenced.
@@ -180,13 +243,22 @@ public enum HubMessage: Sendable, Equatable {
     case error(WireError)
     /// The answer to `status`.
     case status(HubStatus)
+    /// The answer to `sync`: every action up to `seq` was sent to this connection before it.
+    case synced(seq: UInt64, id: DispatchID?)
+    /// A message type this library does not know; a client ignores it (the extension rule).
+    case unknown(type: String)
 
     /// The wire form.
     public var json: JSON {
         switch self {
-        case .welcome(let hub, let replica, let seq, let state, let digest):
-            return ["type": "welcome", "protocol": JSON(syncProtocolVersion), "hub": .string(hub),
-                    "replica": JSON(replica), "seq": JSON(seq), "state": state, "digest": .string(digest)]
+        case .welcome(let welcome):
+            var members: [JSONKey: JSON] = [
+                "type": "welcome", "protocol": JSON(syncProtocolVersion), "hub": .string(welcome.hub),
+                "replica": JSON(welcome.replica), "seq": JSON(welcome.seq), "state": welcome.state,
+                "digest": .string(welcome.digest),
+            ]
+            if let limit = welcome.maxFrameBytes { members["max_frame_bytes"] = JSON(limit) }
+            return .object(members)
         case .action(let seq, let origin, let id, let action):
             return ["type": "action", "seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]
         case .reject(let id, let error):
@@ -194,32 +266,60 @@ public enum HubMessage: Sendable, Equatable {
         case .error(let error):
             return ["type": "error", "error": error.json]
         case .status(let status):
-            return ["type": "status", "protocol": JSON(status.protocolVersion), "app": .string(status.app),
-                    "fingerprint": .string(status.fingerprint), "hub": .string(status.hub),
-                    "seq": JSON(status.seq), "digest": .string(status.digest),
-                    "replicas": .array(status.replicas.map { ["replica": JSON($0.replica), "name": .string($0.name)] })]
+            var members: [JSONKey: JSON] = [
+                "type": "status", "protocol": JSON(status.protocolVersion), "app": .string(status.app),
+                "fingerprint": .string(status.fingerprint), "hub": .string(status.hub),
+                "seq": JSON(status.seq), "digest": .string(status.digest),
+                "replicas": .array(status.replicas.map { ["replica": JSON($0.replica), "name": .string($0.name)] }),
+            ]
+            if let limit = status.maxFrameBytes { members["max_frame_bytes"] = JSON(limit) }
+            return .object(members)
+        case .synced(let seq, let id):
+            guard let id else { return ["type": "synced", "seq": JSON(seq)] }
+            return ["type": "synced", "seq": JSON(seq), "id": id.json]
+        case .unknown(let type):
+            return ["type": .string(type)]
         }
     }
 
-    /// Reads a hub message.
+    /// The message's `"type"`, for logs.
+    public var typeName: String {
+        switch self {
+        case .welcome: "welcome"
+        case .action: "action"
+        case .reject: "reject"
+        case .error: "error"
+        case .status: "status"
+        case .synced: "synced"
+        case .unknown(let type): type
+        }
+    }
+
+    /// Reads a hub message; an unknown type is ``unknown(type:)``, unknown members are ignored.
     ///
     /// - Parameter json: The parsed frame payload.
     /// - Returns: The message.
-    /// - Throws: ``WireError`` (`bad-json`, `unknown-type` or `bad-frame`) describing what is missing.
+    /// - Throws: ``WireError`` (`bad-json` for a payload that is not an object with a string
+    ///   `"type"`, `bad-frame` for a known type with a member missing or of the wrong type).
     public init(json: JSON) throws(WireError) {
         guard case .object(let m) = json, let type = m["type"]?.stringValue else {
             throw WireError(.badJSON, "a hub message must be a JSON object with a string \"type\"")
         }
-        func int(_ key: String) throws(WireError) -> Int {
+        func int(_ key: JSONKey) throws(WireError) -> Int {
             guard let value = m[key]?.intValue else { throw WireError(.badFrame, "\(type) needs an integer \"\(key)\"") }
             return value
         }
-        func seq(_ key: String) throws(WireError) -> UInt64 {
+        func optionalInt(_ key: JSONKey) throws(WireError) -> Int? {
+            guard let value = m[key], !value.isNull else { return nil }
+            guard let int = value.intValue else { throw WireError(.badFrame, "\(type) member \"\(key)\" must be an integer") }
+            return int
+        }
+        func seq(_ key: JSONKey) throws(WireError) -> UInt64 {
             let value = try int(key)
             guard value >= 0 else { throw WireError(.badFrame, "\(type) member \"\(key)\" must not be negative") }
             return UInt64(value)
         }
-        func string(_ key: String) throws(WireError) -> String {
+        func string(_ key: JSONKey) throws(WireError) -> String {
             guard let value = m[key]?.stringValue else { throw WireError(.badFrame, "\(type) needs a string \"\(key)\"") }
             return value
         }
@@ -238,8 +338,9 @@ public enum HubMessage: Sendable, Equatable {
         switch type {
         case "welcome":
             guard let state = m["state"] else { throw WireError(.badFrame, "welcome needs a \"state\"") }
-            self = .welcome(hub: try string("hub"), replica: try int("replica"), seq: try seq("seq"),
-                            state: state, digest: try string("digest"))
+            self = .welcome(Welcome(hub: try string("hub"), replica: try int("replica"), seq: try seq("seq"),
+                                    state: state, digest: try string("digest"),
+                                    maxFrameBytes: try optionalInt("max_frame_bytes")))
         case "action":
             guard let action = m["action"] else { throw WireError(.badFrame, "action needs an \"action\"") }
             self = .action(seq: try seq("seq"), origin: try int("origin"), id: try id(), action: action)
@@ -257,9 +358,19 @@ public enum HubMessage: Sendable, Equatable {
             }
             self = .status(HubStatus(protocolVersion: try int("protocol"), app: try string("app"),
                                      fingerprint: try string("fingerprint"), hub: try string("hub"),
-                                     seq: try seq("seq"), digest: try string("digest"), replicas: replicas))
+                                     seq: try seq("seq"), digest: try string("digest"), replicas: replicas,
+                                     maxFrameBytes: try optionalInt("max_frame_bytes")))
+        case "synced":
+            var syncID: DispatchID?
+            if let raw = m["id"], !raw.isNull {
+                guard let parsed = DispatchID(json: raw) else {
+                    throw WireError(.badFrame, "synced member \"id\" must be a string or an integer")
+                }
+                syncID = parsed
+            }
+            self = .synced(seq: try seq("seq"), id: syncID)
         default:
-            throw WireError(.unknownType, "unknown hub message type \"\(type)\"")
+            self = .unknown(type: type)
         }
     }
 }
@@ -269,18 +380,22 @@ extension Frame {
     ///
     /// - Parameter message: The message.
     /// - Returns: The frame's bytes.
-    public static func encode(_ message: HubMessage) -> [UInt8] { encode(message.json) }
+    /// - Throws: ``FrameError/tooLarge(length:limit:)`` when it does not fit one frame.
+    public static func encode(_ message: HubMessage) throws(FrameError) -> [UInt8] { try encode(message.json) }
 
     /// Encodes a client message as one frame.
     ///
     /// - Parameter message: The message.
     /// - Returns: The frame's bytes.
-    public static func encode(_ message: ClientMessage) -> [UInt8] { encode(message.json) }
+    /// - Throws: ``FrameError/tooLarge(length:limit:)`` when it does not fit one frame.
+    public static func encode(_ message: ClientMessage) throws(FrameError) -> [UInt8] { try encode(message.json) }
 
     /// Appends one `action` frame to `buffer`, writing the envelope directly (no intermediate `JSON`).
     ///
     /// This is the hub's hot path: the envelope is encoded once and the same bytes go to
     /// every replica. The payload is `{"type":"action","seq":…,"origin":…,"id":…,"action":…}`.
+    /// The canonical form can be longer than what the client sent (`1e20` is 21 digits), so the
+    /// hub checks the result, not the input, against the frame limit.
     ///
     /// - Parameters:
     ///   - seq: The sequence number.
@@ -288,8 +403,12 @@ extension Frame {
     ///   - id: The origin's dispatch id.
     ///   - action: The action JSON.
     ///   - buffer: Where the frame goes.
+    /// - Returns: The payload's length in bytes.
+    /// - Throws: ``FrameError/tooLarge(length:limit:)`` when the envelope is longer than
+    ///   ``Frame/maxPayloadBytes``; `buffer` is then left as it was.
+    @discardableResult
     public static func appendActionEnvelope(seq: UInt64, origin: Int, id: DispatchID, action: JSON,
-                                            to buffer: inout [UInt8]) {
+                                            to buffer: inout [UInt8]) throws(FrameError) -> Int {
         let start = buffer.count
         buffer.append(contentsOf: [0, 0, 0, 0])
         buffer.append(contentsOf: #"{"type":"action","seq":"#.utf8)
@@ -301,10 +420,7 @@ extension Frame {
         buffer.append(contentsOf: #","action":"#.utf8)
         action.writeCanonical(into: &buffer)
         buffer.append(UInt8(ascii: "}"))
-        let length = UInt32(truncatingIfNeeded: buffer.count - start - Frame.headerSize)
-        buffer[start] = UInt8(truncatingIfNeeded: length >> 24)
-        buffer[start + 1] = UInt8(truncatingIfNeeded: length >> 16)
-        buffer[start + 2] = UInt8(truncatingIfNeeded: length >> 8)
-        buffer[start + 3] = UInt8(truncatingIfNeeded: length)
+        try patchHeader(of: &buffer, at: start)
+        return buffer.count - start - headerSize
     }
 }

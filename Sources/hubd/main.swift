@@ -24,8 +24,11 @@ let usage = """
                              ${TMPDIR:-/tmp}/storesync-UID/hub.sock. The directory is created
                              with mode 0700, the socket gets mode 0600. A live hub on the path
                              is never displaced; a stale socket file is replaced.
-      --max-frame-bytes N    The largest frame payload a client may send (default 1048576).
-                             A longer frame gets error frame-too-large and the client is closed.
+      --max-frame-bytes N    The largest frame payload a client may send (default 1048576,
+                             at most 1073741824). Replicas learn it from the welcome and refuse
+                             a larger dispatch themselves; a client that sends a longer frame
+                             gets error frame-too-large and is closed. An action whose
+                             canonical form no longer fits one frame is rejected on its own.
       --max-queue-bytes N    The most bytes queued for one replica that is not reading
                              (default 67108864); past it that replica is dropped so it never
                              holds back the others.
@@ -55,12 +58,12 @@ func serve<App: SyncApp>(_ app: App, configuration: HubConfiguration) -> Never {
         fail(error.message, status: 1)
     }
     let hub: Hub<App>
-    do throws(SystemError) {
+    do throws(HubError) {
         hub = try Hub(app: app, configuration: configuration)
     } catch {
         fail(error.message, status: 1)
     }
-    do throws(SystemError) {
+    do throws(HubError) {
         try hub.run(stopOn: signals)
     } catch {
         fail(error.message, status: 1)
@@ -97,7 +100,11 @@ while let argument = arguments.next() {
         exit(0)
     case "--app": appName = value(for: argument, &arguments)
     case "--socket": socketFlag = value(for: argument, &arguments)
-    case "--max-frame-bytes": maxFrameBytes = positiveInt(for: argument, &arguments)
+    case "--max-frame-bytes":
+        maxFrameBytes = positiveInt(for: argument, &arguments)
+        guard maxFrameBytes <= HubConfiguration.maxFrameBytesCeiling else {
+            fail("--max-frame-bytes is at most \(HubConfiguration.maxFrameBytesCeiling) (1 GiB), got \(maxFrameBytes)", status: 2)
+        }
     case "--max-queue-bytes": maxQueueBytes = positiveInt(for: argument, &arguments)
     default:
         fail("unknown argument \"\(argument)\"; see hubd --help", status: 2)

@@ -119,10 +119,17 @@ struct MiddlewareTests {
         ])
     }
 
-    @Test("a thunk without the thunk middleware is not run")
+    @Test("a thunk without the thunk middleware still runs, at the end of the chain (never dropped)")
     func thunkWithoutMiddleware() {
         let store = Store(initialState: Count.State(), reducer: Count())
         store.dispatch(Thunk { $0.send(.increment) })
-        #expect(store.state.count == 0)
+        #expect(store.state.count == 1)
+
+        // With other middleware but no `.thunk`, the thunk passes through it and runs at the end.
+        let lines = Recorder<String>()
+        let logged = Store(initialState: Count.State(), reducer: Count(), enhancer: .applyMiddleware(.logging(to: { lines.append($0) })))
+        logged.dispatch(Thunk { $0.send(.increment) })
+        #expect(logged.state.count == 1)
+        #expect(lines.all == ["thunk", "action: increment", "state: State(count: 1, label: \"\")"])
     }
 }

@@ -1,9 +1,9 @@
 import Testing
 @testable import SyncProtocol
 
-private func frames(_ payloads: [[UInt8]]) -> [UInt8] {
+private func frames(_ payloads: [[UInt8]]) throws -> [UInt8] {
     var stream: [UInt8] = []
-    for payload in payloads { Frame.append(payload: payload, to: &stream) }
+    for payload in payloads { try Frame.append(payload: payload, to: &stream) }
     return stream
 }
 
@@ -14,29 +14,29 @@ private func drain(_ decoder: inout FrameDecoder) throws -> [[UInt8]] {
 }
 
 @Suite struct FrameTests {
-    @Test func headerIsBigEndian() {
+    @Test func headerIsBigEndian() throws {
         var buffer: [UInt8] = []
-        Frame.append(payload: [UInt8](repeating: 7, count: 300), to: &buffer)
+        try Frame.append(payload: [UInt8](repeating: 7, count: 300), to: &buffer)
         #expect(Array(buffer.prefix(4)) == [0x00, 0x00, 0x01, 0x2C])
         #expect(buffer.count == 304)
         var header: [UInt8] = []
-        Frame.appendHeader(length: 0x0102_0304, to: &header)
+        try Frame.appendHeader(length: 0x0102_0304, to: &header)
         #expect(header == [1, 2, 3, 4])
         var raw: [UInt8] = []
-        [UInt8]([9, 8]).withUnsafeBytes { Frame.append(payload: $0, to: &raw) }
+        try [UInt8]([9, 8]).withUnsafeBytes { try Frame.append(payload: $0, to: &raw) }
         #expect(raw == [0, 0, 0, 2, 9, 8])
     }
 
-    @Test func encodeUsesCanonicalBytes() {
+    @Test func encodeUsesCanonicalBytes() throws {
         let json: JSON = ["count": 0, "a": [true]]
         let canonical = Array(#"{"a":[true],"count":0}"#.utf8)
-        let encoded = Frame.encode(json)
+        let encoded = try Frame.encode(json)
         #expect(encoded == [0, 0, 0, UInt8(canonical.count)] + canonical)
     }
 
     @Test func splitAtEveryByteBoundary() throws {
         let payloads: [[UInt8]] = [[1], Array("hello".utf8), [UInt8](repeating: 0xAB, count: 300), [0, 0, 0, 0]]
-        let stream = frames(payloads)
+        let stream = try frames(payloads)
         for split in 0...stream.count {
             var decoder = FrameDecoder()
             decoder.append(Array(stream[..<split]))
@@ -50,7 +50,7 @@ private func drain(_ decoder: inout FrameDecoder) throws -> [[UInt8]] {
 
     @Test func oneByteAtATime() throws {
         let payloads: [[UInt8]] = (1...40).map { [UInt8](repeating: UInt8($0), count: $0 * 7) }
-        let stream = frames(payloads)
+        let stream = try frames(payloads)
         var decoder = FrameDecoder()
         var got: [[UInt8]] = []
         for byte in stream {
@@ -63,7 +63,7 @@ private func drain(_ decoder: inout FrameDecoder) throws -> [[UInt8]] {
 
     @Test func manyFramesInOneAppend() throws {
         let payloads: [[UInt8]] = (0..<20_000).map { [UInt8(truncatingIfNeeded: $0), 1, 2] }
-        let stream = frames(payloads)
+        let stream = try frames(payloads)
         var decoder = FrameDecoder()
         decoder.append(stream)
         #expect(decoder.bufferedByteCount == stream.count)
@@ -75,7 +75,7 @@ private func drain(_ decoder: inout FrameDecoder) throws -> [[UInt8]] {
     @Test func interleavedPartialReadsCompact() throws {
         // Chunks that never align with frames keep a partial frame buffered across compactions.
         let payloads: [[UInt8]] = (0..<5_000).map { [UInt8](repeating: UInt8(truncatingIfNeeded: $0), count: 1 + $0 % 37) }
-        let stream = frames(payloads)
+        let stream = try frames(payloads)
         var decoder = FrameDecoder()
         var got: [[UInt8]] = []
         var position = 0
@@ -115,18 +115,18 @@ private func drain(_ decoder: inout FrameDecoder) throws -> [[UInt8]] {
     @Test func exactMaximumIsAccepted() throws {
         let payload = [UInt8](repeating: 3, count: 100)
         var decoder = FrameDecoder(maxPayloadBytes: 100)
-        decoder.append(frames([payload]))
+        decoder.append(try frames([payload]))
         #expect(try decoder.nextFrame() == payload)
         var defaultLimit = FrameDecoder()
         let big = [UInt8](repeating: 1, count: Frame.defaultMaxPayloadBytes)
-        defaultLimit.append(frames([big]))
+        defaultLimit.append(try frames([big]))
         #expect(try defaultLimit.nextFrame() == big)
     }
 
     @Test func zeroCopyVariant() throws {
         let payloads: [[UInt8]] = [[1, 2, 3], [4], [5, 6]]
         var decoder = FrameDecoder()
-        decoder.append(frames(payloads))
+        decoder.append(try frames(payloads))
         decoder.append([0, 0])
         var got: [[UInt8]] = []
         while let payload = try decoder.withNextFrame({ Array($0) }) { got.append(payload) }
@@ -135,7 +135,7 @@ private func drain(_ decoder: inout FrameDecoder) throws -> [[UInt8]] {
 
         struct Boom: Error {}
         var throwing = FrameDecoder()
-        throwing.append(frames([[1], [2]]))
+        throwing.append(try frames([[1], [2]]))
         #expect(throws: Boom.self) { try throwing.withNextFrame { _ in throw Boom() } }
         #expect(try throwing.nextFrame() == [2])  // the frame was consumed even though body threw
     }
@@ -143,7 +143,7 @@ private func drain(_ decoder: inout FrameDecoder) throws -> [[UInt8]] {
     @Test func jsonRoundTripThroughFrames() throws {
         let values: [JSON] = [["type": "hello", "id": 1], [1, 2, 3], "é😀", nil]
         var stream: [UInt8] = []
-        for value in values { stream += Frame.encode(value) }
+        for value in values { stream += try Frame.encode(value) }
         var decoder = FrameDecoder()
         decoder.append(stream)
         var decoded: [JSON] = []

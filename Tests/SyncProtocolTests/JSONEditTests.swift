@@ -401,8 +401,8 @@ struct JSONEditTests {
 
     @Test("20,000 edits deep inside large containers are not quadratic")
     func manyDeepEdits() throws {
-        var members: [String: JSON] = [:]
-        for index in 0..<100_000 { members["m\(index)"] = JSON(index) }
+        var members: [JSONKey: JSON] = [:]
+        for index in 0..<100_000 { members[JSONKey("m\(index)")] = JSON(index) }
         var document: JSON = ["a": ["b": .object(members), "list": .array((0..<100_000).map { JSON($0) })]]
         let counter = try ptr("/a/b/m5")
         let tail = try ptr("/a/list/-")
@@ -452,7 +452,7 @@ struct JSONEditTests {
 
     @Test("edits reuse the dictionary storage (no copy-on-write)")
     func dictionaryStorageReused() throws {
-        var inner: [String: JSON] = ["k": 1, "s": "v"]
+        var inner: [JSONKey: JSON] = ["k": 1, "s": "v"]
         inner.reserveCapacity(64)
         var document: JSON = ["a": [["o": .object(inner)]]]
         inner = [:]

@@ -81,17 +81,22 @@ struct MessagesTests {
     @Test("hub messages round-trip through frames")
     func hubRoundTrip() throws {
         let messages: [HubMessage] = [
-            .welcome(hub: "00ff00ff00ff00ff", replica: 3, seq: 42, state: ["count": 1], digest: "0123456789abcdef"),
+            .welcome(Welcome(hub: "00ff00ff00ff00ff", replica: 3, seq: 42, state: ["count": 1], digest: "0123456789abcdef")),
+            .welcome(Welcome(hub: "00ff00ff00ff00ff", replica: 3, seq: 42, state: ["count": 1], digest: "0123456789abcdef",
+                             maxFrameBytes: 4096)),
+            .synced(seq: 12, id: nil),
+            .synced(seq: 12, id: .string("barrier")),
             .action(seq: 43, origin: 3, id: .number(9), action: ["type": "increment"]),
             .reject(id: .string("q"), error: WireError(.rejected, "no")),
             .error(WireError(.frameTooLarge, "too big")),
             .error(WireError(rawCode: "from-the-future", message: "unknown codes survive")),
             .status(HubStatus(protocolVersion: 1, app: "json", fingerprint: "json@1", hub: "h", seq: 7,
-                              digest: "d", replicas: [ReplicaInfo(replica: 1, name: "a"), ReplicaInfo(replica: 2, name: "")])),
+                              digest: "d", replicas: [ReplicaInfo(replica: 1, name: "a"), ReplicaInfo(replica: 2, name: "")],
+                              maxFrameBytes: 1 << 20)),
         ]
         for message in messages {
             var decoder = FrameDecoder()
-            decoder.append(Frame.encode(message))
+            decoder.append(try Frame.encode(message))
             let payload = try #require(try decoder.nextFrame())
             #expect(try HubMessage(json: try JSON(parsing: payload)) == message)
             #expect(try decoder.nextFrame() == nil)
@@ -106,7 +111,7 @@ struct MessagesTests {
         ]
         for (seq, origin, id, action) in cases {
             var bytes: [UInt8] = []
-            Frame.appendActionEnvelope(seq: seq, origin: origin, id: id, action: action, to: &bytes)
+            try Frame.appendActionEnvelope(seq: seq, origin: origin, id: id, action: action, to: &bytes)
             var decoder = FrameDecoder()
             decoder.append(bytes)
             let payload = try #require(try decoder.nextFrame())

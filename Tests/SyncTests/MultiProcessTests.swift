@@ -66,7 +66,7 @@ extension MultiProcessTests {
             let garbage = try fixture.attachedRawClient(name: "garbage")
             defer { garbage.close() }
             var frame: [UInt8] = []
-            Frame.append(payload: Array("{this is not json".utf8), to: &frame)
+            try Frame.append(payload: Array("{this is not json".utf8), to: &frame)
             try garbage.sendBytes(frame)
             let oversized = try RawClient(path: fixture.socket)
             defer { oversized.close() }

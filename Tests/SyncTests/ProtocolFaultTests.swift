@@ -21,9 +21,9 @@ extension MultiProcessTests {
             return code
         }
 
-        static func frame(_ text: String) -> [UInt8] {
+        static func frame(_ text: String) throws -> [UInt8] {
             var bytes: [UInt8] = []
-            Frame.append(payload: Array(text.utf8), to: &bytes)
+            try Frame.append(payload: Array(text.utf8), to: &bytes)
             return bytes
         }
 
@@ -39,17 +39,17 @@ extension MultiProcessTests {
                 ("zero length", true, [0, 0, 0, 0], "bad-frame"),
                 ("oversized length", true, [0, 0, 0x03, 0xE9], "frame-too-large"),
                 ("huge length", false, [0xFF, 0xFF, 0xFF, 0xFF], "frame-too-large"),
-                ("not JSON", true, Self.frame("{nope"), "bad-json"),
+                ("not JSON", true, try Self.frame("{nope"), "bad-json"),
                 ("invalid UTF-8", true, [0, 0, 0, 3, 0x22, 0xC3, 0x22], "bad-json"),
-                ("not an object", true, Self.frame("[1,2]"), "bad-json"),
-                ("no type", true, Self.frame(#"{"id":1}"#), "bad-json"),
-                ("unknown type", true, Self.frame(#"{"type":"teleport"}"#), "unknown-type"),
-                ("dispatch before hello", false, Self.frame(#"{"type":"dispatch","id":1,"action":{"type":"set","path":"/a","value":1}}"#), "not-attached"),
-                ("dispatch without id", true, Self.frame(#"{"type":"dispatch","action":{}}"#), "bad-frame"),
-                ("protocol 2", false, Self.frame(#"{"type":"hello","protocol":2,"app":"json"}"#), "protocol-mismatch"),
-                ("other app", false, Self.frame(#"{"type":"hello","protocol":1,"app":"counter"}"#), "app-mismatch"),
-                ("other fingerprint", false, Self.frame(#"{"type":"hello","protocol":1,"app":"json","fingerprint":"json@0"}"#), "app-mismatch"),
-                ("second hello", true, Self.frame(#"{"type":"hello","protocol":1,"app":"json"}"#), "already-attached"),
+                ("not an object", true, try Self.frame("[1,2]"), "bad-json"),
+                ("no type", true, try Self.frame(#"{"id":1}"#), "bad-json"),
+                ("unknown type", true, try Self.frame(#"{"type":"teleport"}"#), "unknown-type"),
+                ("dispatch before hello", false, try Self.frame(#"{"type":"dispatch","id":1,"action":{"type":"set","path":"/a","value":1}}"#), "not-attached"),
+                ("dispatch without id", true, try Self.frame(#"{"type":"dispatch","action":{}}"#), "bad-frame"),
+                ("protocol 2", false, try Self.frame(#"{"type":"hello","protocol":2,"app":"json"}"#), "protocol-mismatch"),
+                ("other app", false, try Self.frame(#"{"type":"hello","protocol":1,"app":"counter"}"#), "app-mismatch"),
+                ("other fingerprint", false, try Self.frame(#"{"type":"hello","protocol":1,"app":"json","fingerprint":"json@0"}"#), "app-mismatch"),
+                ("second hello", true, try Self.frame(#"{"type":"hello","protocol":1,"app":"json"}"#), "already-attached"),
             ]
             for (name, hello, bytes, expected) in cases {
                 #expect(try Self.errorCode(fixture.socket, hello: hello, send: bytes) == expected, "\(name)")
@@ -177,10 +177,10 @@ extension MultiProcessTests {
             defer { client.close() }
             var burst: [UInt8] = []
             for index in 1...3_000 {
-                burst.append(contentsOf: Frame.encode(["type": "dispatch", "id": JSON(index),
+                burst.append(contentsOf: try Frame.encode(["type": "dispatch", "id": JSON(index),
                                                        "action": ["type": "increment", "path": "/n"]]))
             }
-            burst.append(contentsOf: Frame.encode(["type": "status"]))
+            burst.append(contentsOf: try Frame.encode(["type": "status"]))
             try client.sendBytes(burst)
             var ids: [Int] = []
             while true {

@@ -45,7 +45,7 @@ final class Fixture: Sendable {
     /// A raw client that has said `hello` for the json app and read its `welcome`.
     func attachedRawClient(name: String? = nil) throws -> RawClient {
         let client = try RawClient(path: socket)
-        var hello: [String: JSON] = ["type": "hello", "protocol": 1, "app": "json"]
+        var hello: [JSONKey: JSON] = ["type": "hello", "protocol": 1, "app": "json"]
         if let name { hello["name"] = .string(name) }
         try client.send(.object(hello))
         guard try client.receive()["type"] == "welcome" else { throw HarnessError("expected welcome") }

@@ -1,0 +1,15 @@
+// Linux system calls that Swift's Glibc module does not expose (they need _GNU_SOURCE).
+// Used by SyncPOSIX only; on other platforms the functions are absent and SyncPOSIX
+// falls back to the portable calls.
+#ifndef CSYNCPOSIX_H
+#define CSYNCPOSIX_H
+
+#if defined(__linux__)
+/// accept4(2) without the peer address: the new descriptor gets `flags`
+/// (SOCK_CLOEXEC, SOCK_NONBLOCK) atomically.
+int csyncposix_accept4(int listener, int flags);
+/// pipe2(2): both ends get `flags` (O_CLOEXEC, O_NONBLOCK) atomically.
+int csyncposix_pipe2(int ends[2], int flags);
+#endif
+
+#endif
