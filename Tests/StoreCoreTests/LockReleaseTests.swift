@@ -1,0 +1,67 @@
+import StoreCore
+import Synchronization
+import Testing
+
+/// User code (a callback, a thunk, a token) must never be freed while the store holds a
+/// lock: its `deinit` may release another token of the same store, which takes that lock.
+@Suite("Releasing user code outside the store's locks")
+struct LockReleaseTests {
+    /// The reproduction from the review: a subscription whose callback owns another token.
+    private func nested(_ store: Store<Count>) -> Subscription {
+        let inner = store.subscribe { _ in }
+        return store.subscribe { _ in _ = inner }
+    }
+
+    @Test("releasing a subscription whose callback owns another token of the same store")
+    func nestedTokenRelease() {
+        let store = Store(initialState: Count.State(), reducer: Count())
+        var outer: Subscription? = nested(store)
+        #expect(store.subscriberCount == 2)
+        store.dispatch(.increment)
+        outer = nil   // trapped with "Recursive call to lock Mutex" before the fix
+        #expect(outer == nil)
+        #expect(store.subscriberCount == 0)
+    }
+
+    @Test("cancelling it explicitly, and a selection used inside a subscribe callback")
+    func nestedCancelAndSelection() {
+        let store = Store(initialState: Count.State(), reducer: Count())
+        let outer = nested(store)
+        outer.cancel()
+        #expect(store.subscriberCount == 0)
+
+        let selection = store.selection { $0.count }
+        let seen = Recorder<Int>()
+        var token: Subscription? = store.subscribe { _ in seen.append(selection.value) }
+        store.dispatch(.increment)
+        #expect(seen.all == [1])
+        token = nil
+        #expect(token == nil)
+        #expect(store.subscriberCount == 1)   // the selection's own subscription remains
+    }
+
+    @Test("a queued thunk that owns a token is released outside the lock")
+    func queuedThunkOwningToken() {
+        let store = Store(initialState: Count.State(), reducer: Count(), enhancer: .applyMiddleware(.thunk))
+        // A subscriber dispatches a thunk re-entrantly (it is queued); the thunk owns the only
+        // reference to a token, so running and dropping it releases that token.
+        let once = Mutex(true)
+        let token = store.subscribe { _ in
+            guard once.withLock({ value in defer { value = false }; return value }) else { return }
+            let held = store.subscribe { _ in }
+            store.dispatch(Thunk { _ in _ = held })
+        }
+        store.dispatch(.increment)
+        #expect(store.subscriberCount == 1)
+        _ = token
+    }
+
+    @Test("a selector that reads the store while subscribing does not lock it recursively")
+    func selectorReadingStore() {
+        let store = Store(initialState: Count.State(), reducer: Count())
+        let token = store.subscribe(to: { _ in store.state.count }, sendCurrent: true) { _ in }
+        store.dispatch(.increment)
+        #expect(store.state.count == 1)
+        _ = token
+    }
+}
