@@ -7,7 +7,7 @@ import PackageDescription
 ///
 ///     hubd, replica-cli, sync-bench          (executables: parse flags, wire parts, print)
 ///        StoreHub        StoreReplica        (the two ends; a replica never imports the hub)
-///              SyncPOSIX   BuiltinApps       (sockets/poll/signals; shared reducers)
+///              SyncPOSIX   BuiltinApps       (sockets/poll/signals, over CSyncPOSIX's Linux shims; shared reducers)
 ///                    SyncCore                (SyncApp: a reducer plus its JSON codec)
 ///              StoreCore   SyncProtocol      (the store; the wire: JSON, frames, messages, digest)
 let package = Package(
@@ -34,11 +34,12 @@ let package = Package(
         .target(name: "BuiltinApps", dependencies: ["SyncCore"]),
         .target(name: "StoreHub", dependencies: ["SyncCore", "SyncPOSIX"]),
         .target(name: "StoreReplica", dependencies: ["SyncCore", "SyncPOSIX"]),
-        .executableTarget(name: "hubd", dependencies: ["StoreHub", "BuiltinApps"]),
-        .executableTarget(name: "replica-cli", dependencies: ["StoreReplica", "BuiltinApps"]),
+        // Each executable declares every module it imports.
+        .executableTarget(name: "hubd", dependencies: ["StoreHub", "BuiltinApps", "SyncCore", "SyncPOSIX"]),
+        .executableTarget(name: "replica-cli", dependencies: ["StoreReplica", "BuiltinApps", "SyncCore", "SyncPOSIX"]),
         .executableTarget(
             name: "sync-bench",
-            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps"],
+            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncCore", "SyncPOSIX"],
             path: "Benchmarks/sync-bench"
         ),
         .testTarget(name: "StoreCoreTests", dependencies: ["StoreCore"]),

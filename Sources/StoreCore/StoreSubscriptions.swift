@@ -63,14 +63,21 @@ extension Store {
         }
     }
 
+    /// How many states (or selected values) a stream keeps by default for a consumer that
+    /// is slower than the store: past it the oldest are skipped, never the newest, so the
+    /// stream always ends up at the current state and memory stays bounded.
+    public static var defaultStreamBuffer: Int { 64 }
+
     /// An `AsyncStream` of states: the current one first, then one per applied action.
     ///
     /// - Parameter bufferingPolicy: What to keep when the consumer is slower than the
-    ///   store. The default keeps every state, in order; `.bufferingNewest(1)` keeps only
-    ///   the latest, which suits a UI.
+    ///   store. The default keeps the newest ``defaultStreamBuffer`` states (a consumer
+    ///   further behind skips the oldest; the latest is never dropped); `.bufferingNewest(1)`
+    ///   keeps only the latest, which suits a UI; `.unbounded` keeps every state, at the cost
+    ///   of unbounded memory if the consumer stalls.
     /// - Returns: The stream; it ends its subscription when the consumer stops iterating.
     public func states(
-        bufferingPolicy: AsyncStream<State>.Continuation.BufferingPolicy = .unbounded
+        bufferingPolicy: AsyncStream<State>.Continuation.BufferingPolicy = .bufferingNewest(defaultStreamBuffer)
     ) -> AsyncStream<State> {
         let (stream, continuation) = AsyncStream.makeStream(of: State.self, bufferingPolicy: bufferingPolicy)
         let token = subscribe(sendCurrent: true) { continuation.yield($0) }
@@ -82,11 +89,12 @@ extension Store {
     ///
     /// - Parameters:
     ///   - selector: Picks the value out of the state.
-    ///   - bufferingPolicy: What to keep when the consumer is slower than the store.
+    ///   - bufferingPolicy: What to keep when the consumer is slower than the store; by
+    ///     default the newest ``defaultStreamBuffer`` values (the latest is never dropped).
     /// - Returns: The stream; repeats are skipped.
     public func values<Value: Equatable & Sendable>(
         of selector: @escaping @Sendable (State) -> Value,
-        bufferingPolicy: AsyncStream<Value>.Continuation.BufferingPolicy = .unbounded
+        bufferingPolicy: AsyncStream<Value>.Continuation.BufferingPolicy = .bufferingNewest(defaultStreamBuffer)
     ) -> AsyncStream<Value> {
         let (stream, continuation) = AsyncStream.makeStream(of: Value.self, bufferingPolicy: bufferingPolicy)
         let token = subscribe(to: selector, sendCurrent: true) { continuation.yield($0) }

@@ -23,9 +23,10 @@ public protocol SyncApp: Reducer where State: Sendable, Action: Sendable {
     /// The reducer's version. Change it whenever the reducer's behaviour or the JSON
     /// forms change: hub and replicas with different fingerprints refuse each other.
     static var version: String { get }
-    /// One line describing the app, for `hubd --list-apps`.
+    /// One line describing the app, for `hubd --list-apps`. Defaults to "the NAME app".
     static var summary: String { get }
-    /// The shorthand commands `replica-cli` accepts for this app, one per line.
+    /// The shorthand commands `replica-cli` accepts for this app, one per line. Defaults to
+    /// a line saying that actions are typed as JSON.
     static var commandHelp: String { get }
 
     /// The state a fresh hub starts from.
@@ -97,6 +98,14 @@ public struct AppCodingError: Error, Sendable, Equatable, CustomStringConvertibl
 extension SyncApp {
     /// The app's fingerprint, `name@version`: hub and replica must agree on it exactly.
     public static var fingerprint: String { "\(name)@\(version)" }
+
+    /// The default summary: `the NAME app`.
+    public static var summary: String { "the \(name) app" }
+
+    /// The default help: actions are typed as JSON objects with a string `"type"`.
+    public static var commandHelp: String {
+        #"  {"type":…}                   any action of this app, as a JSON object"#
+    }
 
     /// The default message for a refusal: the failure's description.
     ///

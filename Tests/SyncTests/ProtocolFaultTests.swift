@@ -168,13 +168,15 @@ extension MultiProcessTests {
             #expect(messages.last?["seq"] == 1)
         }
     
-        @Test("thousands of frames pipelined in one write are all handled, in order, across loop passes")
+        @Test("thousands of frames pipelined in one write are all handled, in order, across loop passes, and another client is served meanwhile")
         func pipelinedBurst() async throws {
             let fixture = try Fixture()
             defer { fixture.shutdown() }
             try await fixture.startHub()
             let client = try fixture.attachedRawClient()
             defer { client.close() }
+            let other = try fixture.attachedRawClient(name: "other")
+            defer { other.close() }
             var burst: [UInt8] = []
             for index in 1...3_000 {
                 burst.append(contentsOf: try Frame.encode(["type": "dispatch", "id": JSON(index),
@@ -182,17 +184,28 @@ extension MultiProcessTests {
             }
             burst.append(contentsOf: try Frame.encode(["type": "status"]))
             try client.sendBytes(burst)
+            // Sent right after the burst: with a per-connection budget per loop pass, the hub
+            // handles it long before it reaches the end of the burst (without one, it would
+            // be sequenced 3,001st).
+            try other.send(["type": "dispatch", "id": "other", "action": ["type": "increment", "path": "/n"]])
             var ids: [Int] = []
+            var otherSeq: Int?
             while true {
                 let message = try client.receive()
                 if message["type"] == "status" {
-                    #expect(message["seq"] == 3_000)
+                    #expect(message["seq"] == 3_001)
                     break
                 }
-                #expect(message["seq"]?.intValue == ids.count + 1)
-                ids.append(message["id"]?.intValue ?? -1)
+                #expect(message["seq"]?.intValue == ids.count + 1 + (otherSeq == nil ? 0 : 1))
+                if message["id"] == "other" {
+                    otherSeq = message["seq"]?.intValue
+                } else {
+                    ids.append(message["id"]?.intValue ?? -1)
+                }
             }
             #expect(ids == Array(1...3_000))
+            let seq = try #require(otherSeq, "the other client's action never reached this replica")
+            #expect(seq < 3_001, "the other client waited for the whole burst: no fairness across loop passes")
         }
     }
 }

@@ -184,9 +184,10 @@ extension MultiProcessTests {
             let welcomeIndex = try #require(lines.firstIndex(where: { $0.hasPrefix("welcome: ") }), "no welcome line; \(context)")
             let ackIndex = try #require(lines.firstIndex(where: { $0.hasPrefix("ack: ") }), "no ack line; \(context)")
             let rejectIndex = try #require(lines.firstIndex(where: { $0.hasPrefix("reject: ") }), "no reject line; \(context)")
-            #expect(lines.count == 4, "expected exactly status, welcome, ack, reject; \(context)")
-            #expect(statusIndex < welcomeIndex && welcomeIndex < ackIndex && ackIndex < rejectIndex,
-                    "out of order; \(context)")
+            let syncedIndex = try #require(lines.firstIndex(where: { $0.hasPrefix("synced: ") }), "no synced line; \(context)")
+            #expect(lines.count == 5, "expected exactly status, welcome, ack, reject, synced; \(context)")
+            #expect(statusIndex < welcomeIndex && welcomeIndex < ackIndex && ackIndex < rejectIndex
+                    && rejectIndex < syncedIndex, "out of order; \(context)")
             #expect(lines[statusIndex].contains("'app': 'counter'"), "\(lines[statusIndex])")
 
             // welcome: replica R seq S state <the listing's canon(state)>
@@ -208,6 +209,8 @@ extension MultiProcessTests {
             #expect(lines[ackIndex] == "ack: seq \(seq + 1) origin \(replica) id 1 action {'type': 'increment'}")
             #expect(lines[rejectIndex].hasPrefix("reject: bad bad-action "), "\(lines[rejectIndex])")
             #expect(lines[rejectIndex].contains("no-such-action"), "\(lines[rejectIndex])")
+            // The barrier: nobody else dispatches, so it answers at the seq of the ack.
+            #expect(lines[syncedIndex] == "synced: seq \(seq + 1)", "\(lines[syncedIndex])")
             return ClientRun(replica: replica, seq: seq, state: state)
         }
 

@@ -13,9 +13,9 @@ final class InProcessHub<App: SyncApp>: Sendable {
     let fixture: Fixture
     private let done = Atomic<Bool>(false)
 
-    init(_ app: App) throws {
+    init(_ app: App, maxFrameBytes: Int = Frame.defaultMaxPayloadBytes) throws {
         fixture = try Fixture()
-        hub = try Hub(app: app, configuration: HubConfiguration(socketPath: fixture.socket))
+        hub = try Hub(app: app, configuration: HubConfiguration(socketPath: fixture.socket, maxFrameBytes: maxFrameBytes))
         let hub = self.hub
         Thread.detachNewThread { [self] in
             try? hub.run()
@@ -26,6 +26,9 @@ final class InProcessHub<App: SyncApp>: Sendable {
     func attach(name: String? = nil, middleware: [Middleware<App.State, App.Action>] = [.thunk]) throws -> Replica<App> {
         try Replica.attach(app: hub.app, socketPath: fixture.socket, name: name, middleware: middleware)
     }
+
+    /// Whether the hub's thread is still inside `run`.
+    var isRunning: Bool { !done.load(ordering: .acquiring) }
 
     func stop() async throws {
         hub.stop()
@@ -115,13 +118,15 @@ struct ReplicaLibraryTests {
         #expect(late.store.state == a.store.state)
         let events = late.events()
         try await a.dispatch(.toggle(id: "t3"))
-        for await event in events {
-            if case .action(let seq, _, _, let action, _) = event {
-                #expect(seq == 51)
-                #expect(action == .toggle(id: "t3"))
-                break
+        let first = try await withDeadline("the late joiner's first action event") { () -> (UInt64, TodosApp.Action)? in
+            for await event in events {
+                if case .action(let seq, _, _, let action, _) = event { return (seq, action) }
             }
+            return nil
         }
+        let (seq, action) = try #require(first, "the event stream ended without an action")
+        #expect(seq == 51)
+        #expect(action == .toggle(id: "t3"))
         #expect(late.store.state.todos[3].completed)
         a.close(); late.close()
         try await hub.stop()
@@ -135,6 +140,7 @@ struct ReplicaLibraryTests {
         }
         do {
             _ = try Replica.attach(app: JSONApp(), socketPath: hub.fixture.socket)
+            Issue.record("a replica of another app must not attach")
         } catch {
             #expect(error.wireError?.code == .appMismatch)
         }

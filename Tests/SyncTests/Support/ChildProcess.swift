@@ -12,16 +12,50 @@ struct HarnessError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// Waits for `condition` to hold, checking every few milliseconds, until `timeout`.
+/// How much longer than usual the deadlines are: `STORESYNC_DEADLINE_SCALE` (e.g. 10 under a
+/// sanitizer, which `Scripts/sanitizers` sets), else 1.
+let deadlineScale: Int = {
+    guard let text = ProcessInfo.processInfo.environment["STORESYNC_DEADLINE_SCALE"], let value = Int(text), value > 0
+    else { return 1 }
+    return value
+}()
+
+/// A deadline of `timeout`, scaled by ``deadlineScale``.
+func scaled(_ timeout: Duration) -> Duration { timeout * deadlineScale }
+
+/// Waits for `condition` to hold, checking every few milliseconds, until `timeout` (scaled).
 func waitUntil(
     _ what: @autoclosure () -> String,
     timeout: Duration = .seconds(30),
     _ condition: () throws -> Bool
 ) async throws {
+    let timeout = scaled(timeout)
     let deadline = ContinuousClock.now + timeout
     while try !condition() {
         guard ContinuousClock.now < deadline else { throw HarnessError("timed out after \(timeout) waiting for \(what())") }
         try await Task.sleep(for: .milliseconds(5))
+    }
+}
+
+/// Runs `body`, failing with a clear error instead of hanging if it does not finish in
+/// `timeout` (scaled): for `for await` loops over streams that might never yield.
+func withDeadline<T: Sendable>(
+    _ what: String,
+    timeout: Duration = .seconds(30),
+    _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    let timeout = scaled(timeout)
+    return try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: timeout)
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let value = first else {
+            throw HarnessError("timed out after \(timeout) waiting for \(what)")
+        }
+        return value
     }
 }
 

@@ -123,6 +123,7 @@ final class RawClient {
     /// The next message, or `nil` at end of file.
     func receiveOrEOF(timeoutMilliseconds: Int32 = 10_000) throws -> JSON? {
         var buffer = [UInt8](repeating: 0, count: 65536)
+        let timeoutMilliseconds = Int32(clamping: Int(timeoutMilliseconds) * deadlineScale)
         while true {
             if let frame = try decoder.nextFrame() { return try JSON(parsing: frame) }
             guard UnixSocket.waitUntil(fd, timeoutMilliseconds: timeoutMilliseconds) else {
