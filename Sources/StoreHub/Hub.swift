@@ -105,8 +105,11 @@ public final class Hub<App: SyncApp>: Sendable {
         do throws(SystemError) {
             try loop.serve(listener: listener, wake: wakeRead, stopFD: stopFD, stopRequested: stopRequested)
         } catch {
-            throw HubError("the hub's event loop failed: \(error.message); every connection was closed and the socket removed", errno: error.errno)
+            let socket = loop.socketRemoved ? "the socket removed" : "the socket left alone (the path no longer names this hub's socket)"
+            throw HubError("the hub's event loop failed: \(error.message); every connection was closed and \(socket)", errno: error.errno)
         }
-        configuration.log("hubd: stopped at seq \(loop.seq); socket \(configuration.socketPath) removed")
+        configuration.log(loop.socketRemoved
+            ? "hubd: stopped at seq \(loop.seq); socket \(configuration.socketPath) removed"
+            : "hubd: stopped at seq \(loop.seq); \(configuration.socketPath) now names another file, left in place")
     }
 }

@@ -44,6 +44,8 @@ final class HubLoop {
     let hubID: String
     /// The seq of the last sequenced action (0 before the first).
     private(set) var seq: UInt64 = 0
+    /// Whether shutdown removed the socket file (it does not when the path now names another file).
+    private(set) var socketRemoved = false
 
     private var connections: [Int32: Connection] = [:]
     /// Attached replicas in attach order: the broadcast list.
@@ -251,11 +253,12 @@ final class HubLoop {
             fail(connection, WireError(.protocolMismatch, "this hub speaks protocol \(syncProtocolVersion), the client asked for \(version); upgrade the older side"))
             return
         }
-        guard appName == engine.appName else {
+        // Names compare by Unicode scalars, as on the wire (never by canonical equivalence).
+        guard JSONKey(appName) == JSONKey(engine.appName) else {
             fail(connection, WireError(.appMismatch, "this hub runs app \"\(engine.appName)\", not \"\(appName)\"; start the replica with --app \(engine.appName) or run a hub for \(appName)"))
             return
         }
-        if let fingerprint, fingerprint != engine.fingerprint {
+        if let fingerprint, JSONKey(fingerprint) != JSONKey(engine.fingerprint) {
             fail(connection, WireError(.appMismatch, "this hub runs \(engine.fingerprint), the replica has \(fingerprint); both sides must run the same reducer version"))
             return
         }
@@ -468,7 +471,7 @@ final class HubLoop {
     /// close everything.
     private func shutdown(listener: ListeningSocket) {
         // Removes the socket file only if it is still the one this hub bound.
-        listener.close()
+        socketRemoved = listener.close()
         flushBatch()
         for connection in connections.values where connection.closeBy == nil {
             send(.error(WireError(.shuttingDown, "the hub is shutting down at seq \(seq); attach again when it is back")), to: connection)

@@ -39,11 +39,16 @@ public struct ListeningSocket: Sendable {
 
     /// Stops listening: closes the descriptor, removes the socket file if it is still the
     /// one this listener bound, and releases the lock. Call it once.
-    public func close() {
+    ///
+    /// - Returns: Whether the socket file was removed (`false` when the path now names
+    ///   another file, which is left alone).
+    @discardableResult
+    public func close() -> Bool {
         UnixSocket.close(fd)
-        if ownsPath { _ = unlink(path) }
+        let removed = ownsPath && unlink(path) == 0
         // The lock file itself stays: removing it would let two starting hubs lock two
         // different files of the same name.
         UnixSocket.close(lockFD)
+        return removed
     }
 }

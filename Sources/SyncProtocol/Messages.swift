@@ -69,7 +69,8 @@ public enum ClientMessage: Sendable, Equatable {
         guard let type = members["type"]?.stringValue else {
             throw WireError(.badJSON, "a message needs a string member \"type\"")
         }
-        switch type {
+        // Matched by Unicode scalars (JSONKey), as everything on the wire is.
+        switch JSONKey(type) {
         case "hello":
             guard let version = members["protocol"]?.intValue else {
                 throw WireError(.badFrame, "hello needs an integer member \"protocol\" (this hub speaks \(syncProtocolVersion))")
@@ -335,7 +336,7 @@ public enum HubMessage: Sendable, Equatable {
             }
             return id
         }
-        switch type {
+        switch JSONKey(type) {
         case "welcome":
             guard let state = m["state"] else { throw WireError(.badFrame, "welcome needs a \"state\"") }
             self = .welcome(Welcome(hub: try string("hub"), replica: try int("replica"), seq: try seq("seq"),

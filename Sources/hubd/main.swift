@@ -49,6 +49,10 @@ func fail(_ message: String, status: Int32) -> Never {
 }
 
 func serve<App: SyncApp>(_ app: App, configuration: HubConfiguration) -> Never {
+    // The library never changes SIGPIPE (its socket writes use MSG_NOSIGNAL / SO_NOSIGPIPE);
+    // hubd, a daemon, ignores it so that a closed stderr pipe (its log) cannot kill it
+    // before it has flushed its replicas and removed its socket.
+    UnixSocket.ignoreBrokenPipes()
     // Signals first: a SIGTERM that arrives as soon as the socket exists must still mean
     // "flush, remove the socket, exit 0".
     let signals: Int32
