@@ -327,7 +327,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     /// Replaces the state wholesale and notifies subscribers (hydration from a snapshot).
     ///
     /// - Parameter state: The new state.
-    package func replaceState(_ state: State) {
+    @usableFromInline package func replaceState(_ state: State) {
         withDrain {
             let subscribers = withStateMutation {
                 core.withLock { core -> [Subscriber] in

@@ -31,6 +31,10 @@ public final class Hub<App: SyncApp>: Sendable {
     public let hubID: String
 
     private let listener: ListeningSocket
+    /// The sequencer, built (and the data directory recovered) at init; `run` takes it.
+    private let prepared: Mutex<Sequencer?>
+    /// The id of this hub's sequence of actions (kept in the data directory).
+    public let history: String
     private let wakeRead: Int32
     private let wakeWrite: Int32
     private let stopRequested = Atomic<Bool>(false)
@@ -63,19 +67,65 @@ public final class Hub<App: SyncApp>: Sendable {
         }
         wakeRead = ends.read
         wakeWrite = ends.write
+        let sequencer: Sequencer
+        do throws(StorageError) {
+            sequencer = try Self.makeSequencer(engine: engine, configuration: configuration)
+        } catch {
+            UnixSocket.close(ends.read)
+            UnixSocket.close(ends.write)
+            throw HubError(error.message)
+        }
+        history = sequencer.history
         do throws(SystemError) {
             listener = try UnixSocket.listen(at: configuration.socketPath)
         } catch {
+            sequencer.close()
             UnixSocket.close(ends.read)
             UnixSocket.close(ends.write)
             throw HubError(error)
         }
+        prepared = Mutex(sequencer)
+    }
+
+    /// Opens the log (recovering the data directory, if any) and replays it into the root store.
+    private static func makeSequencer(engine: HubEngine, configuration: HubConfiguration) throws(StorageError) -> Sequencer {
+        let log = configuration.log
+        guard let directory = configuration.dataDirectory else {
+            return try Sequencer(engine: engine, log: MemoryLog(), history: Digest.hex(UInt64.random(in: 0...UInt64.max)),
+                                 recovery: nil, snapshotEvery: configuration.snapshotEvery, commitEachAction: false,
+                                 reload: { nil }, note: log)
+        }
+        let started = ContinuousClock.now
+        let (fileLog, recovery) = try FileLog.open(directory: directory, fingerprint: engine.fingerprint,
+                                                   mode: configuration.fsync,
+                                                   retainedActions: UInt64(max(0, configuration.retainedActions)))
+        for warning in recovery.warnings { log("hubd: warning: \(warning)") }
+        let fingerprint = engine.fingerprint
+        let sequencer: Sequencer
+        do throws(StorageError) {
+            sequencer = try Sequencer(
+                engine: engine, log: fileLog, history: recovery.history, recovery: recovery,
+                snapshotEvery: configuration.snapshotEvery, commitEachAction: configuration.fsync == .always,
+                reload: { () throws(StorageError) -> FileLog.Recovery? in
+                    try FileLog.recover(directory: directory, fingerprint: fingerprint, repair: false, create: false)
+                },
+                note: log)
+        } catch {
+            fileLog.close()
+            throw error
+        }
+        let elapsed = ContinuousClock.now - started
+        let milliseconds = Int(nanoseconds: elapsed) / 1_000_000
+        let files = recovery.files.isEmpty ? "a new data directory" : recovery.files.joined(separator: ", ")
+        log("hubd: recovered seq \(sequencer.seq) (snapshot at seq \(recovery.snapshot?.seq ?? 0) + \(recovery.records.count) journal records) from \(files) in \(milliseconds) ms; history \(recovery.history), fsync \(configuration.fsync.rawValue)")
+        return sequencer
     }
 
     deinit {
         if !running.load(ordering: .relaxed) {
             // Never served: release the path too (if it is still ours), so no stale socket file is left behind.
             listener.close()
+            prepared.withLock { $0?.close() }
         }
         UnixSocket.close(wakeRead)
         UnixSocket.close(wakeWrite)
@@ -100,8 +150,16 @@ public final class Hub<App: SyncApp>: Sendable {
         guard !running.exchange(true, ordering: .sequentiallyConsistent) else {
             throw HubError("this hub is already running")
         }
-        let loop = HubLoop(engine: engine, configuration: configuration, hubID: hubID)
-        configuration.log("hubd: serving app \(App.fingerprint) on \(configuration.socketPath) (hub \(hubID))")
+        guard let sequencer = prepared.withLock({ value -> Sequencer? in
+            defer { value = nil }
+            return value
+        }) else {
+            throw HubError("this hub has already run")
+        }
+        let loop = HubLoop(sequencer: sequencer, configuration: configuration, hubID: hubID)
+        let storage = configuration.dataDirectory.map { "data directory \($0), fsync \(configuration.fsync.rawValue)" }
+            ?? "in memory: nothing survives this process (use --data-dir to keep the state)"
+        configuration.log("hubd: serving app \(App.fingerprint) on \(configuration.socketPath) (hub \(hubID), history \(history), \(storage))")
         do throws(SystemError) {
             try loop.serve(listener: listener, wake: wakeRead, stopFD: stopFD, stopRequested: stopRequested)
         } catch {

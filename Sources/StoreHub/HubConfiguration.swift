@@ -17,6 +17,15 @@ public struct HubConfiguration: Sendable {
     public var maxQueuedBytesPerReplica: Int
     /// Receives one line per notable event (listening, attach, detach, errors).
     public var log: @Sendable (String) -> Void
+    /// The data directory for the journal and snapshots; `nil` keeps everything in memory
+    /// (nothing survives the process).
+    public var dataDirectory: String?
+    /// When journal records reach the disk (with a data directory); default ``FsyncMode/batch``.
+    public var fsync: FsyncMode = .batch
+    /// A snapshot is written every this many actions (and at a clean shutdown).
+    public var snapshotEvery: Int = 100_000
+    /// Journal records kept behind the newest snapshot, at least (the resume window).
+    public var retainedActions: Int = 10_000
 
     /// Creates a configuration.
     ///

@@ -26,6 +26,8 @@ struct HubEngine: Sendable {
     @usableFromInline let apply: @Sendable (JSON) -> Outcome
     /// The root store's state as JSON.
     @usableFromInline let snapshot: @Sendable () -> JSON
+    /// Replaces the root store's state with a decoded snapshot (recovery and rollback).
+    @usableFromInline let restore: @Sendable (JSON) -> AppCodingError?
 
     @inlinable
     init<App: SyncApp>(app: App) {
@@ -47,5 +49,13 @@ struct HubEngine: Sendable {
             return .applied
         }
         snapshot = { app.encodeState(store.state) }
+        restore = { json in
+            do throws(AppCodingError) {
+                store.replaceState(try app.decodeState(json))
+                return nil
+            } catch {
+                return error
+            }
+        }
     }
 }

@@ -9,61 +9,37 @@ import SyncCore
 import SyncPOSIX
 import Synchronization
 
-/// One client connection, owned by the hub's event-loop thread.
-final class Connection {
-    let fd: Int32
-    var decoder: FrameDecoder
-    /// Bytes queued for this client; `outOffset` of them already written.
-    var out: [UInt8] = []
-    var outOffset = 0
-    /// Set once `hello` succeeds.
-    var replica: Int?
-    var name = ""
-    /// After an `error`: read nothing more, flush, then close (by `closeBy` at the latest).
-    var closeBy: ContinuousClock.Instant?
-    /// The client closed (or half-closed) its side; frames already buffered are still handled.
-    var readEnded = false
-    /// The per-pass frame budget ran out with frames possibly still buffered.
-    var moreFrames = false
-
-    init(fd: Int32, maxFrameBytes: Int) {
-        self.fd = fd
-        self.decoder = FrameDecoder(maxPayloadBytes: maxFrameBytes)
-    }
-
-    var pendingBytes: Int { out.count - outOffset }
-}
-
-/// The hub's event loop and everything it owns: sockets, the root store, the sequence.
+/// The hub's event loop: owns the listening socket and every connection's descriptor, waits
+/// for readiness, reads frames, hands each to the protocol (``HubProtocol``), applies the
+/// effects, and writes. The order of actions lives in the ``Sequencer``.
 ///
 /// Single-threaded by design: `serve` runs on one thread and nothing else touches this object.
-/// Not generic: the app is reached through `engine`, whose closures are specialised for it.
+/// Not generic: the app is reached through the sequencer's engine, specialised for it.
 final class HubLoop {
-    let engine: HubEngine
     let configuration: HubConfiguration
     let hubID: String
-    /// The seq of the last sequenced action (0 before the first).
-    private(set) var seq: UInt64 = 0
+    let sequencer: Sequencer
+    private let hubProtocol: HubProtocol
     /// Whether shutdown removed the socket file (it does not when the path now names another file).
     private(set) var socketRemoved = false
 
     private var connections: [Int32: Connection] = [:]
     /// Attached replicas in attach order: the broadcast list.
     private var attached: [Connection] = []
-    private var nextReplica = 1
-    /// Action frames sequenced since the last flush, encoded once for every replica.
-    private var batch: [UInt8] = []
     private let readBuffer: UnsafeMutableRawBufferPointer
 
-    init(engine: HubEngine, configuration: HubConfiguration, hubID: String) {
-        self.engine = engine
+    init(sequencer: Sequencer, configuration: HubConfiguration, hubID: String) {
+        self.sequencer = sequencer
         self.configuration = configuration
         self.hubID = hubID
+        self.hubProtocol = HubProtocol(sequencer: sequencer, maxFrameBytes: configuration.maxFrameBytes, hubID: hubID)
         self.readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
-        batch.reserveCapacity(64 << 10)
     }
 
     deinit { readBuffer.deallocate() }
+
+    /// The seq of the last sequenced action.
+    var seq: UInt64 { sequencer.seq }
 
     // MARK: - Event loop
 
@@ -90,17 +66,18 @@ final class HubLoop {
             var framesWaiting = false
             for connection in connections.values {
                 var events: Int16 = 0
-                if connection.closeBy != nil {
+                if connection.state.isClosing {
                     closingSoon = true
-                } else if !connection.readEnded {
-                    events |= Int16(POLLIN)
+                } else {
+                    if !connection.inputEnded { events |= Int16(POLLIN) }
+                    if connection.moreFrames { framesWaiting = true }
                 }
-                if connection.moreFrames && connection.closeBy == nil { framesWaiting = true }
                 if connection.pendingBytes > 0 { events |= Int16(POLLOUT) }
                 pollSet.append(pollfd(fd: connection.fd, events: events, revents: 0))
                 order.append(connection)
             }
-            let timeout: Int32 = framesWaiting ? 0 : (closingSoon || acceptPausedUntil != nil ? 100 : -1)
+            let timers = closingSoon || acceptPausedUntil != nil || sequencer.unavailableReason != nil
+            let timeout: Int32 = framesWaiting ? 0 : (timers ? 100 : -1)
             let ready = poll(&pollSet, nfds_t(pollSet.count), timeout)
             if ready < 0 {
                 if currentErrno() == EINTR { continue }
@@ -111,15 +88,16 @@ final class HubLoop {
             if pollSet[2].revents != 0 { break }
             if pollSet[0].revents != 0 { acceptAll(listener.fd) }
             for (index, connection) in order.enumerated() {
-                guard connections[connection.fd] === connection, connection.closeBy == nil else { continue }
+                guard connections[connection.fd] === connection, !connection.state.isClosing else { continue }
                 let revents = pollSet[index + 3].revents
-                if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0, !connection.readEnded {
+                if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0, !connection.inputEnded {
                     guard readFrom(connection) else { continue }
                 } else if !connection.moreFrames {
                     continue
                 }
                 handleFrames(connection)
             }
+            _ = sequencer.retryIfUnavailable()
             flushBatch()
             writeAll()
             reapClosing()
@@ -161,7 +139,6 @@ final class HubLoop {
         }
     }
 
-    /// Reads what one connection has sent and handles each complete frame.
     /// The most frames handled for one connection per loop pass, so that a client
     /// pipelining many frames cannot keep the loop from everyone else.
     private static let framesPerPass = 256
@@ -178,7 +155,7 @@ final class HubLoop {
         case .endOfFile:
             // The client is done sending (closed, or half-closed with SHUT_WR). Frames already
             // buffered are still handled; then it gets what is queued for it, and a close.
-            connection.readEnded = true
+            connection.inputEnded = true
         case .failed:
             drop(connection, reason: "disconnected")
             return false
@@ -190,16 +167,16 @@ final class HubLoop {
     private func handleFrames(_ connection: Connection) {
         connection.moreFrames = false
         var budget = Self.framesPerPass
-        while connection.closeBy == nil, connections[connection.fd] === connection {
+        while !connection.state.isClosing, connections[connection.fd] === connection {
             guard budget > 0 else {
                 connection.moreFrames = true
                 return
             }
             budget -= 1
-            let handled: Void?
+            let effect: HubEffect??
             do throws(FrameError) {
                 // Zero-copy: the payload is parsed where it lies in the decoder's buffer.
-                handled = try connection.decoder.decodeNext { payload in handle(payload, from: connection) }
+                effect = try connection.decoder.decodeNext { payload in hubProtocol.handle(payload, from: connection) }
             } catch {
                 switch error {
                 case .emptyFrame:
@@ -209,67 +186,37 @@ final class HubLoop {
                 }
                 return
             }
-            guard handled != nil else {
-                if connection.readEnded { finishAfterFlush(connection) }
+            guard let handled = effect else {
+                if connection.inputEnded { finishAfterFlush(connection) }
                 return
             }
+            if let handled { apply(handled, to: connection) }
         }
     }
 
-    private func handle(_ payload: UnsafeRawBufferPointer, from connection: Connection) {
-        let json: JSON
-        do {
-            json = try JSON(parsing: payload)
-        } catch {
-            fail(connection, WireError(.badJSON, "frame payload is not valid JSON: \(error.description)"))
-            return
-        }
-        let message: ClientMessage
-        do {
-            message = try ClientMessage(json: json)
-        } catch {
-            fail(connection, error)
-            return
-        }
-        switch message {
+    /// Carries out what the protocol decided for one message.
+    private func apply(_ effect: HubEffect, to connection: Connection) {
+        switch effect {
+        case .reply(let message):
+            send(message, to: connection)
         case .status:
-            send(.status(status()), to: connection)
-        case .sync(let id):
-            // The barrier: O(1), and in order with the actions this connection was sent.
-            send(.synced(seq: seq, id: id), to: connection)
-        case .hello(let version, let appName, let fingerprint, let name):
-            hello(connection, version: version, appName: appName, fingerprint: fingerprint, name: name)
-        case .dispatch(let id, let action):
-            dispatch(connection, id: id, action: action)
+            let replicas = attached.compactMap { peer in
+                peer.state.replica.map { ReplicaInfo(replica: $0, name: peer.state.name, queuedBytes: peer.pendingBytes) }
+            }
+            send(.status(hubProtocol.statusMessage(replicas: replicas)), to: connection)
+        case .fail(let error):
+            fail(connection, error)
+        case .attach(let replica, let name):
+            attach(connection, replica: replica, name: name)
         }
     }
 
-    private func hello(_ connection: Connection, version: Int, appName: String, fingerprint: String?, name: String?) {
-        guard connection.replica == nil else {
-            fail(connection, WireError(.alreadyAttached, "this connection is already attached as replica \(connection.replica ?? 0); send hello once"))
-            return
-        }
-        guard version == syncProtocolVersion else {
-            fail(connection, WireError(.protocolMismatch, "this hub speaks protocol \(syncProtocolVersion), the client asked for \(version); upgrade the older side"))
-            return
-        }
-        // Names compare by Unicode scalars, as on the wire (never by canonical equivalence).
-        guard JSONKey(appName) == JSONKey(engine.appName) else {
-            fail(connection, WireError(.appMismatch, "this hub runs app \"\(engine.appName)\", not \"\(appName)\"; start the replica with --app \(engine.appName) or run a hub for \(appName)"))
-            return
-        }
-        if let fingerprint, JSONKey(fingerprint) != JSONKey(engine.fingerprint) {
-            fail(connection, WireError(.appMismatch, "this hub runs \(engine.fingerprint), the replica has \(fingerprint); both sides must run the same reducer version"))
-            return
-        }
-        // Everything sequenced so far goes out before the snapshot, so the new replica's
-        // stream starts exactly after `seq` (atomic hydration).
+    /// Attaches a connection: everything sequenced so far goes out before the snapshot, so
+    /// the new replica's stream starts exactly after the welcome's seq (atomic hydration).
+    private func attach(_ connection: Connection, replica: Int, name: String) {
         flushBatch()
-        let replica = nextReplica
-        nextReplica += 1
-        connection.replica = replica
-        connection.name = name ?? ""
-        let snapshot = currentSnapshot()
+        connection.state = .attached(replica: replica, name: name)
+        let snapshot = sequencer.currentSnapshot()
         do throws(FrameError) {
             try appendWelcome(replica: replica, snapshot: snapshot, to: &connection.out)
         } catch {
@@ -278,72 +225,19 @@ final class HubLoop {
             return
         }
         attached.append(connection)
-        configuration.log("hubd: replica \(replica)\(connection.name.isEmpty ? "" : " (\(connection.name))") attached at seq \(seq)")
-    }
-
-    private func dispatch(_ connection: Connection, id: DispatchID, action json: JSON) {
-        guard let origin = connection.replica else {
-            fail(connection, WireError(.notAttached, "dispatch before hello; send {\"type\":\"hello\",\"protocol\":\(syncProtocolVersion),\"app\":\"\(engine.appName)\"} first"))
-            return
-        }
-        // The envelope is encoded before the reducer runs: its canonical form may be longer
-        // than what the client sent, and an action that cannot be framed must be refused
-        // before it changes the state.
-        let start = batch.count
-        do throws(FrameError) {
-            try Frame.appendActionEnvelope(seq: seq + 1, origin: origin, id: id, action: json, to: &batch)
-        } catch {
-            send(.reject(id: id, error: WireError(.frameTooLarge, "the action's canonical form does not fit one frame (\(error.description)); split it into smaller actions")), to: connection)
-            return
-        }
-        switch engine.apply(json) {
-        case .applied:
-            seq += 1
-        case .badAction(let message):
-            batch.removeSubrange(start...)
-            send(.reject(id: id, error: WireError(.badAction, message)), to: connection)
-        case .rejected(let message):
-            batch.removeSubrange(start...)
-            send(.reject(id: id, error: WireError(.rejected, message)), to: connection)
-        }
-    }
-
-    private func status() -> HubStatus {
-        HubStatus(protocolVersion: syncProtocolVersion, app: engine.appName, fingerprint: engine.fingerprint, hub: hubID,
-                  seq: seq, digest: currentSnapshot().digest,
-                  replicas: attached.compactMap { c in c.replica.map { ReplicaInfo(replica: $0, name: c.name) } },
-                  maxFrameBytes: configuration.maxFrameBytes)
-    }
-
-    // MARK: - Snapshots
-
-    /// The state's canonical bytes and digest at one seq.
-    private struct Snapshot {
-        let seq: UInt64
-        let stateBytes: [UInt8]
-        let digest: String
-    }
-
-    /// Computed at most once per seq: `status` and `hello` at the same seq reuse it, so a
-    /// client asking again and again costs one serialisation, not one per request.
-    private var snapshotCache: Snapshot?
-
-    private func currentSnapshot() -> Snapshot {
-        if let cached = snapshotCache, cached.seq == seq { return cached }
-        let bytes = engine.snapshot().canonicalBytes
-        let snapshot = Snapshot(seq: seq, stateBytes: bytes, digest: Digest.hex(Digest.fnv1a64(bytes)))
-        snapshotCache = snapshot
-        return snapshot
+        configuration.log("hubd: \(connection.label) attached at seq \(sequencer.seq)")
     }
 
     /// Appends a `welcome` frame built around the cached canonical state bytes.
-    private func appendWelcome(replica: Int, snapshot: Snapshot, to buffer: inout [UInt8]) throws(FrameError) {
+    private func appendWelcome(replica: Int, snapshot: Sequencer.Snapshot, to buffer: inout [UInt8]) throws(FrameError) {
         var payload: [UInt8] = []
-        payload.reserveCapacity(snapshot.stateBytes.count + 160)
+        payload.reserveCapacity(snapshot.stateBytes.count + 200)
         payload.append(contentsOf: #"{"type":"welcome","protocol":"#.utf8)
         JSON(syncProtocolVersion).writeCanonical(into: &payload)
         payload.append(contentsOf: #","hub":"#.utf8)
         JSON.string(hubID).writeCanonical(into: &payload)
+        payload.append(contentsOf: #","history":"#.utf8)
+        JSON.string(sequencer.history).writeCanonical(into: &payload)
         payload.append(contentsOf: #","replica":"#.utf8)
         JSON(replica).writeCanonical(into: &payload)
         payload.append(contentsOf: #","seq":"#.utf8)
@@ -368,32 +262,40 @@ final class HubLoop {
         } catch {
             // Only a message carrying client-chosen text could get here (it never does in
             // practice: such text arrived in a frame of at most --max-frame-bytes).
-            configuration.log("hubd: cannot frame a \(message.typeName) message for \(label(connection)): \(error.description)")
+            configuration.log("hubd: cannot frame a \(message.typeName) message for \(connection.label): \(error.description)")
         }
     }
 
     /// Sends `error` and closes the connection once it is flushed; other clients carry on.
     private func fail(_ connection: Connection, _ error: WireError) {
-        configuration.log("hubd: closing \(label(connection)): \(error.rawCode): \(error.message)")
+        configuration.log("hubd: closing \(connection.label): \(error.rawCode): \(error.message)")
         send(.error(error), to: connection)
         detach(connection)
-        connection.closeBy = .now + .seconds(2)
+        connection.state = connection.state.closing(by: .now + .seconds(2))
     }
 
-    /// Appends the batch of newly sequenced frames to every attached replica's queue.
+    /// Commits what the sequencer has sequenced and appends the released frames to every
+    /// attached replica's queue; dispatchers of actions that could not be made durable get
+    /// `reject` `unavailable` instead.
     private func flushBatch() {
-        guard !batch.isEmpty else { return }
-        for connection in attached {
-            connection.out.append(contentsOf: batch)
+        let (frames, failed) = sequencer.commit()
+        if !frames.isEmpty {
+            for connection in attached {
+                connection.out.append(contentsOf: frames)
+            }
         }
-        batch.removeAll(keepingCapacity: true)
+        for (connection, id, error) in failed where connections[connection.fd] === connection {
+            if let frame = try? Frame.encode(HubMessage.reject(id: id, error: error)) {
+                connection.out.append(contentsOf: frame)
+            }
+        }
     }
 
     /// One write per connection with queued bytes: everything pending, coalesced.
     private func writeAll() {
         for connection in Array(connections.values) where connection.pendingBytes > 0 {
             write(connection)
-            if connection.closeBy == nil, connection.pendingBytes > configuration.maxQueuedBytesPerReplica {
+            if !connection.state.isClosing, connection.pendingBytes > configuration.maxQueuedBytesPerReplica {
                 // No more broadcasts; the error follows what is queued, and the close comes
                 // when that is written or after 2 s, whichever is first.
                 fail(connection, WireError(.slowConsumer, "\(connection.pendingBytes) bytes were waiting for this replica, more than this hub's limit of \(configuration.maxQueuedBytesPerReplica) (--max-queue-bytes); read faster, or attach again to resync"))
@@ -425,7 +327,7 @@ final class HubLoop {
     private func reapClosing() {
         let now = ContinuousClock.now
         for connection in Array(connections.values) {
-            guard let deadline = connection.closeBy else { continue }
+            guard case .closing(_, _, let deadline) = connection.state else { continue }
             if connection.pendingBytes == 0 || now >= deadline {
                 close(connection)
             }
@@ -435,22 +337,22 @@ final class HubLoop {
     // MARK: - Closing
 
     private func detach(_ connection: Connection) {
-        guard connection.replica != nil else { return }
+        guard connection.state.replica != nil else { return }
         attached.removeAll { $0 === connection }
     }
 
     /// Stops broadcasting to a client that finished sending and closes it once its queue is written.
     private func finishAfterFlush(_ connection: Connection) {
-        if connection.replica != nil {
-            configuration.log("hubd: \(label(connection)) disconnected")
+        if connection.state.replica != nil {
+            configuration.log("hubd: \(connection.label) disconnected")
         }
         detach(connection)
-        connection.closeBy = .now + .seconds(2)
+        connection.state = connection.state.closing(by: .now + .seconds(2))
     }
 
     private func drop(_ connection: Connection, reason: String) {
-        if connection.replica != nil, connection.closeBy == nil {
-            configuration.log("hubd: \(label(connection)) \(reason)")
+        if connection.state.replica != nil, !connection.state.isClosing {
+            configuration.log("hubd: \(connection.label) \(reason)")
         }
         detach(connection)
         close(connection)
@@ -462,19 +364,14 @@ final class HubLoop {
         UnixSocket.close(connection.fd)
     }
 
-    private func label(_ connection: Connection) -> String {
-        guard let replica = connection.replica else { return "client (not attached)" }
-        return connection.name.isEmpty ? "replica \(replica)" : "replica \(replica) (\(connection.name))"
-    }
-
     /// Stop accepting, remove the socket, flush queued frames then `shutting-down` (up to 2 s),
-    /// close everything.
+    /// close everything, and leave a final snapshot.
     private func shutdown(listener: ListeningSocket) {
         // Removes the socket file only if it is still the one this hub bound.
         socketRemoved = listener.close()
         flushBatch()
-        for connection in connections.values where connection.closeBy == nil {
-            send(.error(WireError(.shuttingDown, "the hub is shutting down at seq \(seq); attach again when it is back")), to: connection)
+        for connection in connections.values where !connection.state.isClosing {
+            send(.error(WireError(.shuttingDown, "the hub is shutting down at seq \(sequencer.seq); attach again when it is back")), to: connection)
         }
         // One deadline for everyone: write what each socket takes, then wait in a single
         // poll for any of them to take more, until all is written or 2 s have passed.
@@ -490,6 +387,7 @@ final class HubLoop {
         }
         for connection in Array(connections.values) { close(connection) }
         attached.removeAll()
+        sequencer.close()
     }
 }
 

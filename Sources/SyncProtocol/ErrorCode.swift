@@ -27,6 +27,9 @@ public enum ErrorCode: String, Sendable, CaseIterable, CustomStringConvertible {
     case slowConsumer = "slow-consumer"
     /// The hub is shutting down.
     case shuttingDown = "shutting-down"
+    /// (`reject`) The hub cannot make the action durable (its journal cannot be written, e.g.
+    /// a full disk); nothing was applied. Retry later: the hub recovers by itself.
+    case unavailable = "unavailable"
 
     /// The wire string, e.g. `bad-frame`.
     public var description: String { rawValue }

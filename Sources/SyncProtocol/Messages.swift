@@ -138,15 +138,19 @@ public struct ReplicaInfo: Sendable, Equatable {
     public let replica: Int
     /// The name from its hello, or "".
     public let name: String
+    /// Bytes queued for it in the hub (`queued_bytes`), if the hub says.
+    public let queuedBytes: Int?
 
     /// Creates an entry.
     ///
     /// - Parameters:
     ///   - replica: The id.
     ///   - name: The name.
-    public init(replica: Int, name: String) {
+    ///   - queuedBytes: Bytes the hub has queued for it.
+    public init(replica: Int, name: String, queuedBytes: Int? = nil) {
         self.replica = replica
         self.name = name
+        self.queuedBytes = queuedBytes
     }
 }
 
@@ -168,6 +172,12 @@ public struct HubStatus: Sendable, Equatable {
     public var replicas: [ReplicaInfo]
     /// The largest frame payload the hub accepts from a client (`max_frame_bytes`), if it says.
     public var maxFrameBytes: Int?
+    /// The id of this sequence of actions (`history`), if the hub says: kept across restarts
+    /// of a hub with a data directory, new for every in-memory run.
+    public var history: String?
+    /// Storage facts (`storage`): data directory, fsync mode, journal bytes and segments,
+    /// newest snapshot seq, last fsync latency; `null` members for an in-memory hub.
+    public var storage: JSON?
 
     /// Creates a status.
     ///
@@ -180,8 +190,11 @@ public struct HubStatus: Sendable, Equatable {
     ///   - digest: The state digest.
     ///   - replicas: The attached replicas.
     ///   - maxFrameBytes: The hub's limit on a client frame's payload.
+    ///   - history: The history id.
+    ///   - storage: Storage facts.
     public init(protocolVersion: Int, app: String, fingerprint: String, hub: String, seq: UInt64,
-                digest: String, replicas: [ReplicaInfo], maxFrameBytes: Int? = nil) {
+                digest: String, replicas: [ReplicaInfo], maxFrameBytes: Int? = nil, history: String? = nil,
+                storage: JSON? = nil) {
         self.protocolVersion = protocolVersion
         self.app = app
         self.fingerprint = fingerprint
@@ -190,6 +203,8 @@ public struct HubStatus: Sendable, Equatable {
         self.digest = digest
         self.replicas = replicas
         self.maxFrameBytes = maxFrameBytes
+        self.history = history
+        self.storage = storage
     }
 }
 
@@ -208,6 +223,8 @@ public struct Welcome: Sendable, Equatable {
     /// The largest frame payload the hub accepts from a client (`max_frame_bytes`), if it says;
     /// a client refuses a larger dispatch itself instead of losing its connection.
     public var maxFrameBytes: Int?
+    /// The id of this sequence of actions (`history`), if the hub says.
+    public var history: String?
 
     /// Creates a welcome.
     ///
@@ -218,13 +235,16 @@ public struct Welcome: Sendable, Equatable {
     ///   - state: The state.
     ///   - digest: The state's digest.
     ///   - maxFrameBytes: The hub's frame limit for clients.
-    public init(hub: String, replica: Int, seq: UInt64, state: JSON, digest: String, maxFrameBytes: Int? = nil) {
+    ///   - history: The history id.
+    public init(hub: String, replica: Int, seq: UInt64, state: JSON, digest: String, maxFrameBytes: Int? = nil,
+                history: String? = nil) {
         self.hub = hub
         self.replica = replica
         self.seq = seq
         self.state = state
         self.digest = digest
         self.maxFrameBytes = maxFrameBytes
+        self.history = history
     }
 }
 
@@ -259,6 +279,7 @@ public enum HubMessage: Sendable, Equatable {
                 "digest": .string(welcome.digest),
             ]
             if let limit = welcome.maxFrameBytes { members["max_frame_bytes"] = JSON(limit) }
+            if let history = welcome.history { members["history"] = .string(history) }
             return .object(members)
         case .action(let seq, let origin, let id, let action):
             return ["type": "action", "seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]
@@ -271,9 +292,15 @@ public enum HubMessage: Sendable, Equatable {
                 "type": "status", "protocol": JSON(status.protocolVersion), "app": .string(status.app),
                 "fingerprint": .string(status.fingerprint), "hub": .string(status.hub),
                 "seq": JSON(status.seq), "digest": .string(status.digest),
-                "replicas": .array(status.replicas.map { ["replica": JSON($0.replica), "name": .string($0.name)] }),
+                "replicas": .array(status.replicas.map { info in
+                    var entry: [JSONKey: JSON] = ["replica": JSON(info.replica), "name": .string(info.name)]
+                    if let queued = info.queuedBytes { entry["queued_bytes"] = JSON(queued) }
+                    return .object(entry)
+                }),
             ]
             if let limit = status.maxFrameBytes { members["max_frame_bytes"] = JSON(limit) }
+            if let history = status.history { members["history"] = .string(history) }
+            if let storage = status.storage { members["storage"] = storage }
             return .object(members)
         case .synced(let seq, let id):
             guard let id else { return ["type": "synced", "seq": JSON(seq)] }
@@ -341,7 +368,8 @@ public enum HubMessage: Sendable, Equatable {
             guard let state = m["state"] else { throw WireError(.badFrame, "welcome needs a \"state\"") }
             self = .welcome(Welcome(hub: try string("hub"), replica: try int("replica"), seq: try seq("seq"),
                                     state: state, digest: try string("digest"),
-                                    maxFrameBytes: try optionalInt("max_frame_bytes")))
+                                    maxFrameBytes: try optionalInt("max_frame_bytes"),
+                                    history: m["history"]?.stringValue))
         case "action":
             guard let action = m["action"] else { throw WireError(.badFrame, "action needs an \"action\"") }
             self = .action(seq: try seq("seq"), origin: try int("origin"), id: try id(), action: action)
@@ -355,12 +383,15 @@ public enum HubMessage: Sendable, Equatable {
                 guard let replica = entry["replica"]?.intValue else {
                     throw WireError(.badFrame, "status replicas need an integer \"replica\"")
                 }
-                replicas.append(ReplicaInfo(replica: replica, name: entry["name"]?.stringValue ?? ""))
+                replicas.append(ReplicaInfo(replica: replica, name: entry["name"]?.stringValue ?? "",
+                                            queuedBytes: entry["queued_bytes"]?.intValue))
             }
             self = .status(HubStatus(protocolVersion: try int("protocol"), app: try string("app"),
                                      fingerprint: try string("fingerprint"), hub: try string("hub"),
                                      seq: try seq("seq"), digest: try string("digest"), replicas: replicas,
-                                     maxFrameBytes: try optionalInt("max_frame_bytes")))
+                                     maxFrameBytes: try optionalInt("max_frame_bytes"),
+                                     history: m["history"]?.stringValue,
+                                     storage: m["storage"].flatMap { $0.objectValue == nil ? nil : $0 }))
         case "synced":
             var syncID: DispatchID?
             if let raw = m["id"], !raw.isNull {

@@ -93,6 +93,10 @@ struct MessagesTests {
             .status(HubStatus(protocolVersion: 1, app: "json", fingerprint: "json@1", hub: "h", seq: 7,
                               digest: "d", replicas: [ReplicaInfo(replica: 1, name: "a"), ReplicaInfo(replica: 2, name: "")],
                               maxFrameBytes: 1 << 20)),
+            .status(HubStatus(protocolVersion: 1, app: "json", fingerprint: "json@1", hub: "h", seq: 7,
+                              digest: "d", replicas: [ReplicaInfo(replica: 1, name: "a", queuedBytes: 12)],
+                              maxFrameBytes: 1 << 20, history: "0123456789abcdef",
+                              storage: ["fsync": "batch", "journal_bytes": 10, "data_dir": nil])),
         ]
         for message in messages {
             var decoder = FrameDecoder()
@@ -126,7 +130,7 @@ struct MessagesTests {
     func errorCodes() {
         #expect(ErrorCode.allCases.map(\.rawValue) == [
             "bad-frame", "frame-too-large", "bad-json", "unknown-type", "protocol-mismatch", "app-mismatch",
-            "not-attached", "already-attached", "bad-action", "rejected", "slow-consumer", "shutting-down",
+            "not-attached", "already-attached", "bad-action", "rejected", "slow-consumer", "shutting-down", "unavailable",
         ])
     }
 }

@@ -1,0 +1,245 @@
+import SyncCore
+
+/// The single order of actions: owns `seq`, the root store (through ``HubEngine``) and the
+/// log, and produces the encoded frames the event loop broadcasts.
+///
+/// Called on the event-loop thread only. An action is validated by the reducer, given the
+/// next seq, appended to the log and encoded once; it is released for broadcast by
+/// ``commit()`` only after the log has made it as durable as its fsync mode promises. If the
+/// log cannot be written, the uncommitted actions are undone (the state is rebuilt from what
+/// is durable), their dispatchers are told `unavailable`, and new dispatches are refused
+/// the same way until a probe write succeeds.
+final class Sequencer {
+    let engine: HubEngine
+    private let log: SequenceLog
+    /// The id of this sequence of actions: kept in the data directory, new for each in-memory run.
+    let history: String
+    /// The seq of the last sequenced action (0 before the first).
+    private(set) var seq: UInt64 = 0
+    /// The seq of the last action the log has committed (everything up to it may be broadcast).
+    private(set) var committedSeq: UInt64 = 0
+    private var nextReplica = 1
+    /// Encoded `action` frames sequenced but not yet released for broadcast.
+    private var batch: [UInt8] = []
+    /// The dispatchers of the actions in `batch`, told `unavailable` if the commit fails.
+    private var uncommitted: [(connection: Connection, id: DispatchID)] = []
+    /// Set while the log cannot be written.
+    private(set) var unavailableReason: String?
+    private var lastProbe = ContinuousClock.now
+    private let snapshotEvery: UInt64
+    private var lastSnapshotSeq: UInt64 = 0
+    private let commitEachAction: Bool
+    /// Rebuilds the durable state after a failed commit (re-reads the data directory).
+    private let reload: () throws(StorageError) -> FileLog.Recovery?
+    private let note: @Sendable (String) -> Void
+
+    /// Creates a sequencer over a log, replaying what the log recovered.
+    ///
+    /// - Throws: ``StorageError`` when the recovered snapshot or journal does not apply with this app.
+    init(engine: HubEngine, log: SequenceLog, history: String, recovery: FileLog.Recovery?, snapshotEvery: Int,
+         commitEachAction: Bool, reload: @escaping () throws(StorageError) -> FileLog.Recovery?,
+         note: @escaping @Sendable (String) -> Void) throws(StorageError) {
+        self.engine = engine
+        self.log = log
+        self.history = history
+        self.snapshotEvery = UInt64(max(1, snapshotEvery))
+        self.commitEachAction = commitEachAction
+        self.reload = reload
+        self.note = note
+        batch.reserveCapacity(64 << 10)
+        if let recovery { try replay(recovery) }
+    }
+
+    /// Restores the state from a snapshot and the journal after it.
+    private func replay(_ recovery: FileLog.Recovery) throws(StorageError) {
+        var base: UInt64 = 0
+        if let snapshot = recovery.snapshot {
+            if let error = engine.restore(snapshot.state) {
+                throw StorageError("the snapshot at seq \(snapshot.seq) does not decode with app \(engine.fingerprint): \(error.message); run the app version that wrote it")
+            }
+            base = snapshot.seq
+            nextReplica = max(nextReplica, snapshot.nextReplica)
+            lastSnapshotSeq = snapshot.seq
+        }
+        var checkpoints = Dictionary(recovery.checkpoints.map { ($0.seq, $0.digest) }, uniquingKeysWith: { a, _ in a })
+        for record in recovery.records {
+            switch engine.apply(record.action) {
+            case .applied:
+                break
+            case .badAction(let message), .rejected(let message):
+                throw StorageError("journal record seq \(record.seq) is refused on replay (\(message)): the reducer is not deterministic, or the app changed without a new version; run the app version that wrote the journal")
+            }
+            base = record.seq
+            if let digest = checkpoints.removeValue(forKey: record.seq), digest != Digest.of(engine.snapshot()) {
+                throw StorageError("after replaying to seq \(record.seq) the state's digest is \(Digest.of(engine.snapshot())), but the snapshot at that seq says \(digest): the reducer is not deterministic, or the app changed without a new version")
+            }
+        }
+        seq = base
+        committedSeq = base
+        nextReplica = max(nextReplica, recovery.largestOrigin + 1)
+    }
+
+    /// A new replica id, unique within the history.
+    func takeReplicaID() -> Int {
+        defer { nextReplica += 1 }
+        return nextReplica
+    }
+
+    /// What happened to a dispatch.
+    enum Outcome {
+        /// Sequenced; its frame goes out with the next commit.
+        case sequenced
+        /// Refused; nothing changed.
+        case refused(WireError)
+    }
+
+    /// Validates, sequences, logs and encodes one dispatched action.
+    func dispatch(_ action: JSON, id: DispatchID, origin: Int, from connection: Connection) -> Outcome {
+        if let reason = unavailableReason {
+            return .refused(WireError(.unavailable, reason))
+        }
+        // The envelope is encoded before the reducer runs: its canonical form may be longer
+        // than what the client sent, and an action that cannot be framed must be refused
+        // before it changes the state.
+        let start = batch.count
+        do throws(FrameError) {
+            try Frame.appendActionEnvelope(seq: seq + 1, origin: origin, id: id, action: action, to: &batch)
+        } catch {
+            return .refused(WireError(.frameTooLarge, "the action's canonical form does not fit one frame (\(error.description)); split it into smaller actions"))
+        }
+        switch engine.apply(action) {
+        case .applied:
+            break
+        case .badAction(let message):
+            batch.removeSubrange(start...)
+            return .refused(WireError(.badAction, message))
+        case .rejected(let message):
+            batch.removeSubrange(start...)
+            return .refused(WireError(.rejected, message))
+        }
+        seq += 1
+        log.append(JournalRecord(seq: seq, origin: origin, id: id, session: nil, action: action))
+        uncommitted.append((connection, id))
+        if commitEachAction {
+            // `always`: this record is made durable on its own, before anything else happens.
+            do throws(StorageError) {
+                try log.commit()
+                committedSeq = seq
+                uncommitted.removeAll(keepingCapacity: true)
+            } catch {
+                _ = rollBack(error)
+                return .refused(WireError(.unavailable, unavailableReason ?? error.message))
+            }
+        }
+        return .sequenced
+    }
+
+    /// Makes the sequenced actions durable and hands back their frames for broadcast.
+    ///
+    /// - Returns: The frames to broadcast (possibly empty), and the dispatchers to tell
+    ///   `unavailable` because their actions could not be made durable and were undone.
+    func commit() -> (frames: [UInt8], failed: [(connection: Connection, id: DispatchID, error: WireError)]) {
+        guard !batch.isEmpty || log.hasUncommitted else { return ([], []) }
+        do throws(StorageError) {
+            try log.commit()
+        } catch {
+            return ([], rollBack(error))
+        }
+        committedSeq = seq
+        uncommitted.removeAll(keepingCapacity: true)
+        let frames = batch
+        batch.removeAll(keepingCapacity: true)
+        if seq - lastSnapshotSeq >= snapshotEvery { snapshot() }
+        return (frames, [])
+    }
+
+    /// Undoes everything not committed and stops accepting dispatches.
+    private func rollBack(_ error: StorageError) -> [(connection: Connection, id: DispatchID, error: WireError)] {
+        let reason = "the hub cannot write its journal (\(error.message)); nothing was applied — retry once the disk has room or works again"
+        unavailableReason = reason
+        lastProbe = .now
+        note("hubd: \(error.message); refusing dispatches with unavailable until writing works again")
+        let failed = uncommitted.map { ($0.connection, $0.id, WireError(.unavailable, reason)) }
+        uncommitted.removeAll()
+        batch.removeAll(keepingCapacity: true)
+        seq = committedSeq
+        snapshotCache = nil
+        do throws(StorageError) {
+            if let recovery = try reload() {
+                // Rebuild the root store from what is durable, then replay nothing more.
+                try rebuild(recovery)
+            }
+        } catch {
+            note("hubd: cannot rebuild the state from the data directory: \(error.message)")
+        }
+        return failed
+    }
+
+    private func rebuild(_ recovery: FileLog.Recovery) throws(StorageError) {
+        let target = committedSeq
+        var trimmed = recovery
+        trimmed.records = recovery.records.filter { $0.seq <= target }
+        let keptReplica = nextReplica
+        try replay(trimmed)
+        nextReplica = max(nextReplica, keptReplica)
+        guard seq == target else {
+            throw StorageError("the data directory holds seq \(seq), the hub had committed \(target)")
+        }
+    }
+
+    /// While unavailable, checks about once a second whether writing works again.
+    ///
+    /// - Returns: Whether the sequencer became available.
+    func retryIfUnavailable() -> Bool {
+        guard unavailableReason != nil, ContinuousClock.now - lastProbe >= .seconds(1) else { return false }
+        lastProbe = .now
+        guard log.probe() else { return false }
+        unavailableReason = nil
+        note("hubd: the journal can be written again; accepting dispatches")
+        return true
+    }
+
+    /// Writes a snapshot of the committed state (every `snapshotEvery` actions and at shutdown).
+    func snapshot() {
+        guard seq == committedSeq, seq > lastSnapshotSeq || seq == 0 else { return }
+        let current = currentSnapshot()
+        let stored = StoredSnapshot(seq: seq, digest: current.digest, state: engine.snapshot(), nextReplica: nextReplica)
+        do throws(StorageError) {
+            try log.writeSnapshot(stored)
+            lastSnapshotSeq = seq
+        } catch {
+            note("hubd: \(error.message); the journal still holds every action, so nothing is lost")
+        }
+    }
+
+    // MARK: - Snapshots of the state for welcome and status
+
+    /// The state's canonical bytes and digest at one seq.
+    struct Snapshot {
+        let seq: UInt64
+        let stateBytes: [UInt8]
+        let digest: String
+    }
+
+    /// Computed at most once per seq: `status` and `hello` at the same seq reuse it, so a
+    /// client asking again and again costs one serialisation, not one per request.
+    private var snapshotCache: Snapshot?
+
+    /// The state as of ``seq`` (callers commit first, so it is the committed state).
+    func currentSnapshot() -> Snapshot {
+        if let cached = snapshotCache, cached.seq == seq { return cached }
+        let bytes = engine.snapshot().canonicalBytes
+        let snapshot = Snapshot(seq: seq, stateBytes: bytes, digest: Digest.hex(Digest.fnv1a64(bytes)))
+        snapshotCache = snapshot
+        return snapshot
+    }
+
+    /// Storage facts for `status`.
+    var storage: StorageStatus { log.status }
+
+    /// Writes a final snapshot and releases the log.
+    func close() {
+        if unavailableReason == nil, seq > lastSnapshotSeq { snapshot() }
+        log.close()
+    }
+}
