@@ -28,6 +28,8 @@ struct HubEngine: Sendable {
     @usableFromInline let snapshot: @Sendable () -> JSON
     /// Replaces the root store's state with a decoded snapshot (recovery and rollback).
     @usableFromInline let restore: @Sendable (JSON) -> AppCodingError?
+    /// The app's initial state as JSON (a history without a snapshot starts from it).
+    @usableFromInline let initialState: JSON
 
     @inlinable
     init<App: SyncApp>(app: App) {
@@ -49,6 +51,7 @@ struct HubEngine: Sendable {
             return .applied
         }
         snapshot = { app.encodeState(store.state) }
+        initialState = app.encodeState(app.initialState)
         restore = { json in
             do throws(AppCodingError) {
                 store.replaceState(try app.decodeState(json))

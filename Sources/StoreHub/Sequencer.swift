@@ -53,6 +53,9 @@ final class Sequencer {
     /// Restores the state from a snapshot and the journal after it.
     private func replay(_ recovery: FileLog.Recovery) throws(StorageError) {
         var base: UInt64 = 0
+        if recovery.snapshot == nil, let error = engine.restore(engine.initialState) {
+            throw StorageError("the app's initial state does not decode: \(error.message)")
+        }
         if let snapshot = recovery.snapshot {
             if let error = engine.restore(snapshot.state) {
                 throw StorageError("the snapshot at seq \(snapshot.seq) does not decode with app \(engine.fingerprint): \(error.message); run the app version that wrote it")

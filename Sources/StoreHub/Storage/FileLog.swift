@@ -7,6 +7,7 @@ import Darwin
 #endif
 import SyncCore
 import SyncPOSIX
+import Synchronization
 
 /// The journal and snapshots in a data directory.
 ///
@@ -53,8 +54,6 @@ final class FileLog: SequenceLog {
     private var lastSeq: UInt64
     private var snapshotSeq: UInt64
     private var lastFsyncMicroseconds = 0
-    /// A test seam: when set, called before each write; a returned errno fails that write.
-    var injectWriteFailure: (@Sendable () -> Int32?)?
 
     static let metaName = "storesync.json"
     static let format = 1
@@ -310,7 +309,7 @@ final class FileLog: SequenceLog {
         guard !pending.isEmpty else { return }
         do throws(SystemError) {
             if appendFD < 0 { try openSegment(first: pendingFirst) }
-            if let code = injectWriteFailure?() {
+            if let code = StorageFaults.writeFailure.withLock({ $0 }) {
                 throw SystemError("cannot write \(appendPath): \(SystemError.describe(errno: code))", errno: code)
             }
             let path = appendPath
@@ -368,7 +367,7 @@ final class FileLog: SequenceLog {
         JournalRecord.appendUInt32(CRC32C.checksum(bytes), to: &file)
         file.append(contentsOf: bytes)
         do throws(SystemError) {
-            if let code = injectWriteFailure?() {
+            if let code = StorageFaults.writeFailure.withLock({ $0 }) {
                 throw SystemError("cannot write a snapshot: \(SystemError.describe(errno: code))", errno: code)
             }
             try FileSystem.writeAtomically(directory + "/" + Self.snapshotName(snapshot.seq), file)
@@ -403,7 +402,7 @@ final class FileLog: SequenceLog {
     }
 
     func probe() -> Bool {
-        if let code = injectWriteFailure?(), code != 0 { return false }
+        if StorageFaults.writeFailure.withLock({ $0 }) != nil { return false }
         let path = directory + "/probe"
         do throws(SystemError) {
             try FileSystem.writeAtomically(path, [UInt8](repeating: 0x2E, count: 4096))
@@ -426,4 +425,11 @@ final class FileLog: SequenceLog {
         closeSegment()
         FileSystem.close(lockFD)
     }
+}
+
+/// A test seam behind the journal's file layer: while `writeFailure` holds an errno, every
+/// journal, snapshot and probe write fails with it (a full disk is `ENOSPC`). Never set in
+/// production code.
+package enum StorageFaults {
+    package static let writeFailure = Mutex<Int32?>(nil)
 }
