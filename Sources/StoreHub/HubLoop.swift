@@ -206,16 +206,25 @@ final class HubLoop {
             send(.status(hubProtocol.statusMessage(replicas: replicas)), to: connection)
         case .fail(let error):
             fail(connection, error)
-        case .attach(let replica, let name):
-            attach(connection, replica: replica, name: name)
+        case .attach(let replica, let name, let resumeFrom):
+            attach(connection, replica: replica, name: name, resumeFrom: resumeFrom)
         }
     }
 
     /// Attaches a connection: everything sequenced so far goes out before the snapshot, so
     /// the new replica's stream starts exactly after the welcome's seq (atomic hydration).
-    private func attach(_ connection: Connection, replica: Int, name: String) {
+    private func attach(_ connection: Connection, replica: Int, name: String, resumeFrom: UInt64?) {
         flushBatch()
         connection.state = .attached(replica: replica, name: name)
+        if let resumeFrom, let missed = sequencer.frames(after: resumeFrom) {
+            let welcome = Welcome.resumed(hub: hubID, replica: replica, seq: resumeFrom, history: sequencer.history,
+                                          maxFrameBytes: configuration.maxFrameBytes)
+            send(.welcome(welcome), to: connection)
+            connection.out.append(contentsOf: missed)
+            attached.append(connection)
+            configuration.log("hubd: \(connection.label) resumed at seq \(resumeFrom) (\(sequencer.seq - resumeFrom) actions replayed)")
+            return
+        }
         let snapshot = sequencer.currentSnapshot()
         do throws(FrameError) {
             try appendWelcome(replica: replica, snapshot: snapshot, to: &connection.out)
@@ -242,6 +251,7 @@ final class HubLoop {
         JSON(replica).writeCanonical(into: &payload)
         payload.append(contentsOf: #","seq":"#.utf8)
         JSON(snapshot.seq).writeCanonical(into: &payload)
+        payload.append(contentsOf: #","resumed":false"#.utf8)
         payload.append(contentsOf: #","digest":"#.utf8)
         JSON.string(snapshot.digest).writeCanonical(into: &payload)
         payload.append(contentsOf: #","max_frame_bytes":"#.utf8)

@@ -4,8 +4,9 @@ import SyncCore
 enum HubEffect {
     /// Queue this message for the connection, after every broadcast sequenced before it.
     case reply(HubMessage)
-    /// Queue a welcome for the connection (it is now attached) and add it to the broadcast list.
-    case attach(replica: Int, name: String)
+    /// Queue a welcome for the connection (it is now attached) and add it to the broadcast list;
+    /// with `resumeFrom`, a resumed welcome followed by the actions after that seq.
+    case attach(replica: Int, name: String, resumeFrom: UInt64?)
     /// Queue the hub's status (the loop knows the attached replicas).
     case status
     /// Queue this error, stop reading, flush and close the connection.
@@ -47,7 +48,7 @@ struct HubProtocol {
         case .sync(let id):
             // The barrier: O(1), and in order with the actions this connection was sent.
             return .reply(.synced(seq: sequencer.seq, id: id))
-        case .hello(let version, let appName, let fingerprint, let name):
+        case .hello(let version, let appName, let fingerprint, let name, let resume):
             if case .attached(let replica, _) = connection.state {
                 return .fail(WireError(.alreadyAttached, "this connection is already attached as replica \(replica); send hello once"))
             }
@@ -61,7 +62,14 @@ struct HubProtocol {
             if let fingerprint, JSONKey(fingerprint) != JSONKey(engine.fingerprint) {
                 return .fail(WireError(.appMismatch, "this hub runs \(engine.fingerprint), the replica has \(fingerprint); both sides must run the same reducer version"))
             }
-            return .attach(replica: sequencer.takeReplicaID(), name: name ?? "")
+            // Resumed only from this very history, never from the future (a hub that lost a
+            // tail it had broadcast), and only while the backlog still holds every action after it.
+            var resumeFrom: UInt64?
+            if let resume, JSONKey(resume.history) == JSONKey(sequencer.history), resume.seq <= sequencer.seq,
+               sequencer.canResume(after: resume.seq) {
+                resumeFrom = resume.seq
+            }
+            return .attach(replica: sequencer.takeReplicaID(), name: name ?? "", resumeFrom: resumeFrom)
         case .dispatch(let id, let action):
             guard case .attached(let origin, _) = connection.state else {
                 return .fail(WireError(.notAttached, "dispatch before hello; send {\"type\":\"hello\",\"protocol\":\(syncProtocolVersion),\"app\":\"\(engine.appName)\"} first"))

@@ -16,11 +16,17 @@ final class Sequencer {
     let history: String
     /// The seq of the last sequenced action (0 before the first).
     private(set) var seq: UInt64 = 0
-    /// The seq of the last action the log has committed (everything up to it may be broadcast).
+    /// The seq of the last action the log has committed (made durable).
     private(set) var committedSeq: UInt64 = 0
+    /// The seq of the last action released for broadcast (its frame left `batch`).
+    private var committedSeqBeforeBatch: UInt64 = 0
     private var nextReplica = 1
     /// Encoded `action` frames sequenced but not yet released for broadcast.
     private var batch: [UInt8] = []
+    /// Where each frame of `batch` starts.
+    private var batchStarts: [Int] = []
+    /// Released frames kept for replicas that resume.
+    private var backlog: Backlog
     /// The dispatchers of the actions in `batch`, told `unavailable` if the commit fails.
     private var uncommitted: [(connection: Connection, id: DispatchID)] = []
     /// Set while the log cannot be written.
@@ -37,8 +43,10 @@ final class Sequencer {
     ///
     /// - Throws: ``StorageError`` when the recovered snapshot or journal does not apply with this app.
     init(engine: HubEngine, log: SequenceLog, history: String, recovery: FileLog.Recovery?, snapshotEvery: Int,
-         commitEachAction: Bool, reload: @escaping () throws(StorageError) -> FileLog.Recovery?,
+         commitEachAction: Bool, backlogActions: Int = 10_000, backlogBytes: Int = 64 << 20,
+         reload: @escaping () throws(StorageError) -> FileLog.Recovery?,
          note: @escaping @Sendable (String) -> Void) throws(StorageError) {
+        self.backlog = Backlog(minimumActions: backlogActions, maximumBytes: backlogBytes)
         self.engine = engine
         self.log = log
         self.history = history
@@ -47,7 +55,43 @@ final class Sequencer {
         self.reload = reload
         self.note = note
         batch.reserveCapacity(64 << 10)
-        if let recovery { try replay(recovery) }
+        if let recovery {
+            try replay(recovery)
+            refillBacklog(recovery)
+        }
+    }
+
+    /// Loads the recovered journal window into the backlog, so replicas can resume across a restart.
+    private func refillBacklog(_ recovery: FileLog.Recovery) {
+        let records = recovery.window + recovery.records
+        guard let first = records.first, records.last?.seq == seq else {
+            backlog.reset(after: seq)
+            return
+        }
+        var frames: [UInt8] = []
+        var starts: [Int] = []
+        for record in records {
+            starts.append(frames.count)
+            do throws(FrameError) {
+                try Frame.appendActionEnvelope(seq: record.seq, origin: record.origin, id: record.id, action: record.action,
+                                               to: &frames)
+            } catch {
+                backlog.reset(after: seq)
+                return
+            }
+        }
+        backlog.reset(after: first.seq - 1)
+        backlog.append(frames, starts: starts, first: first.seq)
+    }
+
+    /// Whether a replica that applied everything up to `seq` can be sent the rest.
+    func canResume(after seq: UInt64) -> Bool {
+        seq <= self.seq && (backlog.covers(after: seq) || seq >= backlog.lastSeq)
+    }
+
+    /// The frames of every action after `seq` (up to the committed seq), or `nil`.
+    func frames(after seq: UInt64) -> [UInt8]? {
+        backlog.frames(after: seq)
     }
 
     /// Restores the state from a snapshot and the journal after it.
@@ -79,6 +123,7 @@ final class Sequencer {
         }
         seq = base
         committedSeq = base
+        committedSeqBeforeBatch = base
         nextReplica = max(nextReplica, recovery.largestOrigin + 1)
     }
 
@@ -107,6 +152,7 @@ final class Sequencer {
         let start = batch.count
         do throws(FrameError) {
             try Frame.appendActionEnvelope(seq: seq + 1, origin: origin, id: id, action: action, to: &batch)
+            batchStarts.append(start)
         } catch {
             return .refused(WireError(.frameTooLarge, "the action's canonical form does not fit one frame (\(error.description)); split it into smaller actions"))
         }
@@ -115,9 +161,11 @@ final class Sequencer {
             break
         case .badAction(let message):
             batch.removeSubrange(start...)
+            batchStarts.removeLast()
             return .refused(WireError(.badAction, message))
         case .rejected(let message):
             batch.removeSubrange(start...)
+            batchStarts.removeLast()
             return .refused(WireError(.rejected, message))
         }
         seq += 1
@@ -148,10 +196,14 @@ final class Sequencer {
         } catch {
             return ([], rollBack(error))
         }
+        let first = committedSeqBeforeBatch + 1
         committedSeq = seq
         uncommitted.removeAll(keepingCapacity: true)
         let frames = batch
+        backlog.append(frames, starts: batchStarts, first: first)
+        committedSeqBeforeBatch = seq
         batch.removeAll(keepingCapacity: true)
+        batchStarts.removeAll(keepingCapacity: true)
         if seq - lastSnapshotSeq >= snapshotEvery { snapshot() }
         return (frames, [])
     }
@@ -164,7 +216,13 @@ final class Sequencer {
         note("hubd: \(error.message); refusing dispatches with unavailable until writing works again")
         let failed = uncommitted.map { ($0.connection, $0.id, WireError(.unavailable, reason)) }
         uncommitted.removeAll()
-        batch.removeAll(keepingCapacity: true)
+        // Frames of actions already durable (under `always`, each commits on its own) stay
+        // queued for broadcast; only the uncommitted ones go.
+        let keep = Int(committedSeq - committedSeqBeforeBatch)
+        if keep < batchStarts.count {
+            batch.removeSubrange(batchStarts[keep]...)
+            batchStarts.removeSubrange(keep...)
+        }
         seq = committedSeq
         snapshotCache = nil
         do throws(StorageError) {

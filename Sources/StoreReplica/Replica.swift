@@ -37,31 +37,50 @@ import Synchronization
 /// (it is applied when the hub's copy arrives); observe ``observeEvents(_:)`` or subscribe
 /// to the store to log applied states.
 ///
-/// Call ``close()`` when done; the connection lives until then or until the hub goes.
+/// The connection comes back by itself after a drop (a hub restart, a `slow-consumer`
+/// disconnect, a broken socket), per the ``ReconnectPolicy`` given to `attach`: it resumes
+/// from the last applied seq, or re-hydrates from a full welcome, and subscribers see one
+/// continuous sequence. Dispatches awaiting an answer when the link drops fail with
+/// ``ReplicaError/disconnected(_:)`` (the hub may or may not have applied them); dispatches made
+/// while reconnecting fail at once the same way. The parts: this file is the API;
+/// `Replica+Connection.swift` the connection's life (read, drop, reconnect, resume);
+/// `Replica+Stream.swift` the application of the sequenced stream.
+///
+/// Call ``close()`` when done; the connection lives until then (or until reconnection gives up).
 public final class Replica<App: SyncApp>: Sendable {
     /// The app.
     public let app: App
     /// The local store: read it, subscribe to it, dispatch through it.
     public let store: Store<App>
-    /// This replica's id, assigned by the hub.
-    public let replicaID: Int
-    /// The hub's run id.
-    public let hubID: String
-    /// The seq the welcome snapshot was taken at.
+    /// This replica's id on the current connection, assigned by the hub (a reconnection gets a new one).
+    public var replicaID: Int { currentReplica.load(ordering: .acquiring) }
+    /// The run id of the hub on the current connection.
+    public var hubID: String { shared.withLock { $0.hubID } }
+    /// The id of the history the local state belongs to (`nil` from a hub that does not say).
+    public var history: String? { shared.withLock { $0.history } }
+    /// The seq the first welcome's snapshot was taken at.
     public let welcomeSeq: UInt64
     /// The largest frame payload the hub accepts (from its welcome): larger dispatches are
     /// refused locally with `frame-too-large` and the connection stays up.
-    public let maxFrameBytes: Int
+    public var maxFrameBytes: Int { link.current.maxPayloadBytes }
     /// The socket path.
     public let socketPath: String
+    /// How the connection comes back after a drop.
+    public let reconnect: ReconnectPolicy
+    /// The name given in `hello`.
+    let name: String?
 
-    private let upstream: Upstream
+    /// The current connection's sending side (replaced on reconnection).
+    let link: UpstreamHolder
     /// Bytes read past the welcome; taken by the reader when it starts.
-    private let pendingDecoder: Mutex<FrameDecoder?>
-    private let shared: Mutex<Shared>
-    private let lastSeq: Atomic<UInt64>
+    let pendingDecoder: Mutex<FrameDecoder?>
+    let shared: Mutex<Shared>
+    let lastSeq: Atomic<UInt64>
+    let currentReplica: Atomic<Int>
+    /// Wakes a reconnection backoff early (on ``close()``).
+    let wakeReconnect = DispatchSemaphore(value: 0)
 
-    private struct Shared {
+    struct Shared {
         var acks: [DispatchID: CheckedContinuation<UInt64, any Error>] = [:]
         var statusWaiters: [CheckedContinuation<HubStatus, any Error>] = []
         var syncWaiters: [CheckedContinuation<UInt64, any Error>] = []
@@ -69,6 +88,10 @@ public final class Replica<App: SyncApp>: Sendable {
         var observers: [(id: Int, callback: @Sendable (ReplicaEvent<App.Action>) -> Void)] = []
         var nextObserver = 1
         var endReason: ReplicaError?
+        var linkState: LinkState = .connected
+        var closing = false
+        var hubID: String
+        var history: String?
     }
 
     /// Connects to the hub and attaches (blocking until `welcome`, at most a few seconds).
@@ -80,6 +103,8 @@ public final class Replica<App: SyncApp>: Sendable {
     ///   - middleware: Local middleware, outermost first; thunks need ``Middleware/thunk`` (the default).
     ///   - startReading: Start applying the hub's actions right away (the default). Pass
     ///     `false` to register observers first, then call ``startReading()``: no event is missed.
+    ///   - reconnect: How the connection comes back after a drop (default: automatically,
+    ///     resuming where it left off); ``ReconnectPolicy/never`` makes the first end final.
     ///   - onDispatchFailure: Called on the dispatching thread when an action dispatched through
     ///     ``store`` (fire-and-forget) could not be sent: the connection is gone, or the action
     ///     is larger than the hub accepts. `nil` (the default) writes one line to stderr.
@@ -91,11 +116,12 @@ public final class Replica<App: SyncApp>: Sendable {
         name: String? = nil,
         middleware: [Middleware<App.State, App.Action>] = [.thunk],
         startReading: Bool = true,
+        reconnect: ReconnectPolicy = .automatic,
         onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
     ) throws(ReplicaError) -> Replica {
         let connection = try HubConnection(path: SocketPath.resolve(explicit: socketPath))
         return try attach(app: app, over: connection, name: name, middleware: middleware, startReading: startReading,
-                          onDispatchFailure: onDispatchFailure)
+                          reconnect: reconnect, onDispatchFailure: onDispatchFailure)
     }
 
     /// Attaches over a connection already open (e.g. after asking it for `status`).
@@ -106,6 +132,7 @@ public final class Replica<App: SyncApp>: Sendable {
     ///   - name: A name for this replica.
     ///   - middleware: Local middleware, outermost first.
     ///   - startReading: Start applying the hub's actions right away; see ``startReading()``.
+    ///   - reconnect: How the connection comes back after a drop.
     ///   - onDispatchFailure: Receives fire-and-forget dispatches that could not be sent; `nil`
     ///     writes a line to stderr.
     /// - Returns: The attached replica.
@@ -116,6 +143,7 @@ public final class Replica<App: SyncApp>: Sendable {
         name: String? = nil,
         middleware: [Middleware<App.State, App.Action>] = [.thunk],
         startReading: Bool = true,
+        reconnect: ReconnectPolicy = .automatic,
         onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
     ) throws(ReplicaError) -> Replica {
         try connection.send(.hello(protocolVersion: syncProtocolVersion, app: App.name,
@@ -125,37 +153,44 @@ public final class Replica<App: SyncApp>: Sendable {
             if case .error(let error) = reply { throw .hub(error) }
             throw .protocolViolation("expected welcome after hello, got \(reply.typeName)")
         }
-        let state: App.State
-        do throws(AppCodingError) {
-            state = try app.decodeState(welcome.state)
-        } catch {
-            throw .diverged("the welcome state does not decode: \(error.message)")
-        }
-        guard app.digest(of: state) == welcome.digest else {
-            throw .diverged("the welcome state re-encodes to digest \(app.digest(of: state)), the hub says \(welcome.digest)")
-        }
-        let replicaObject = Replica(app: app, connection: connection, state: state, welcome: welcome,
-                                    middleware: middleware, onDispatchFailure: onDispatchFailure)
+        let state = try Self.decodeWelcomeState(welcome, app: app)
+        let replicaObject = Replica(app: app, connection: connection, state: state, welcome: welcome, name: name,
+                                    middleware: middleware, reconnect: reconnect, onDispatchFailure: onDispatchFailure)
         if startReading { replicaObject.startReading() }
         return replicaObject
     }
 
-    private init(app: App, connection: HubConnection, state: App.State, welcome: Welcome,
-                 middleware: [Middleware<App.State, App.Action>],
+    /// The state a full welcome carries, checked against its digest.
+    static func decodeWelcomeState(_ welcome: Welcome, app: App) throws(ReplicaError) -> App.State {
+        guard let json = welcome.state, let digest = welcome.digest else {
+            throw .protocolViolation("the hub answered a fresh hello with a welcome without a state")
+        }
+        let state: App.State
+        do throws(AppCodingError) {
+            state = try app.decodeState(json)
+        } catch {
+            throw .diverged("the welcome state does not decode: \(error.message)")
+        }
+        guard app.digest(of: state) == digest else {
+            throw .diverged("the welcome state re-encodes to digest \(app.digest(of: state)), the hub says \(digest)")
+        }
+        return state
+    }
+
+    private init(app: App, connection: HubConnection, state: App.State, welcome: Welcome, name: String?,
+                 middleware: [Middleware<App.State, App.Action>], reconnect: ReconnectPolicy,
                  onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?) {
-        // A hub that does not say its limit accepts anything one frame can carry.
-        let limit = welcome.maxFrameBytes.map { max(1, min($0, Frame.maxPayloadBytes)) } ?? Frame.maxPayloadBytes
-        let upstream = Upstream(fd: connection.detachDescriptor(), maxPayloadBytes: limit)
+        let link = UpstreamHolder(Self.upstream(for: connection, welcome: welcome))
         self.app = app
-        self.upstream = upstream
-        self.replicaID = welcome.replica
-        self.hubID = welcome.hub
+        self.link = link
+        self.name = name
+        self.reconnect = reconnect
+        self.currentReplica = Atomic(welcome.replica)
         self.welcomeSeq = welcome.seq
-        self.maxFrameBytes = limit
         self.socketPath = connection.path
         self.lastSeq = Atomic(welcome.seq)
         self.pendingDecoder = Mutex(connection.decoder)
-        self.shared = Mutex(Shared())
+        self.shared = Mutex(Shared(hubID: welcome.hub, history: welcome.history))
         let report = onDispatchFailure ?? { error, json in
             Console.error("StoreReplica: an action dispatched through the store was not sent (\(error.description)): \(json.canonicalString)")
         }
@@ -163,18 +198,29 @@ public final class Replica<App: SyncApp>: Sendable {
             initialState: state, reducer: app, enhancer: .applyMiddleware(middleware), history: nil, onError: nil,
             terminal: { action in
                 let json = app.encodeAction(action)
-                if let failure = upstream.send(.dispatch(id: upstream.makeID(), action: json)).failure {
+                let upstream = link.current
+                if let failure = upstream.send(.dispatch(id: link.makeID(), action: json)).failure {
                     report(failure, json)
                 }
             }
         )
     }
 
+    /// The sending side for a connection that has just been welcomed.
+    static func upstream(for connection: HubConnection, welcome: Welcome) -> Upstream {
+        // A hub that does not say its limit accepts anything one frame can carry.
+        let limit = welcome.maxFrameBytes.map { max(1, min($0, Frame.maxPayloadBytes)) } ?? Frame.maxPayloadBytes
+        return Upstream(fd: connection.detachDescriptor(), maxPayloadBytes: limit)
+    }
+
     /// The seq of the last action applied here.
     public var seq: UInt64 { lastSeq.load(ordering: .acquiring) }
 
-    /// Whether the connection is still open.
-    public var isConnected: Bool { shared.withLock { $0.endReason == nil } }
+    /// Whether the link to the hub is up (not reconnecting, not ended).
+    public var isConnected: Bool { shared.withLock { $0.linkState == .connected } }
+
+    /// Where the link to the hub stands: connected, reconnecting (with the attempt number), or ended.
+    public var linkState: LinkState { shared.withLock { $0.linkState } }
 
     // MARK: - Dispatch
 
@@ -198,10 +244,10 @@ public final class Replica<App: SyncApp>: Sendable {
     /// - Throws: ``ReplicaError/rejected(_:)`` (`bad-action` or `rejected`), or ``ReplicaError/disconnected(_:)``.
     @discardableResult
     public func dispatch(json: JSON) async throws(ReplicaError) -> UInt64 {
-        let id = upstream.makeID()
+        let id = link.makeID()
         return try await awaitReply(
             register: { $0.acks[id] = $1 },
-            send: { upstream.send(.dispatch(id: id, action: json)) },
+            send: { link.current.send(.dispatch(id: id, action: json)) },
             unregister: { $0.acks.removeValue(forKey: id) }
         )
     }
@@ -229,8 +275,8 @@ public final class Replica<App: SyncApp>: Sendable {
     /// - Throws: ``ReplicaError`` when nothing could be sent.
     @discardableResult
     public func send(json: JSON) throws(ReplicaError) -> DispatchID {
-        let id = upstream.makeID()
-        if let failure = upstream.send(.dispatch(id: id, action: json)).failure { throw failure }
+        let id = link.makeID()
+        if let failure = link.current.send(.dispatch(id: id, action: json)).failure { throw failure }
         return id
     }
 
@@ -244,7 +290,7 @@ public final class Replica<App: SyncApp>: Sendable {
         // nothing is unregistered here (it could not tell which waiter is this call's).
         try await awaitReply(
             register: { $0.statusWaiters.append($1) },
-            send: { upstream.send(.status) },
+            send: { link.current.send(.status) },
             unregister: { _ in nil }
         )
     }
@@ -297,7 +343,7 @@ public final class Replica<App: SyncApp>: Sendable {
         // a failed send means the connection is ending and the reader fails every waiter.
         _ = try await awaitReply(
             register: { $0.syncWaiters.append($1) },
-            send: { upstream.send(.sync(id: nil)) },
+            send: { link.current.send(.sync(id: nil)) },
             unregister: { _ in nil }
         )
         return seq
@@ -370,10 +416,14 @@ public final class Replica<App: SyncApp>: Sendable {
         }
     }
 
-    /// Closes the connection; pending dispatches fail with ``ReplicaError/disconnected(_:)``.
+    /// Closes the connection (and stops reconnecting); pending dispatches fail with
+    /// ``ReplicaError/disconnected(_:)``.
     public func close() {
+        shared.withLock { $0.closing = true }
+        let upstream = link.current
         upstream.closeLocally()
         upstream.shutdown()
+        wakeReconnect.signal()
         // A reader that never started now starts, reads end-of-file, and cleans up.
         startReading()
     }
@@ -389,123 +439,34 @@ public final class Replica<App: SyncApp>: Sendable {
             defer { value = nil }
             return value
         }) else { return }
-        let thread = Thread { [self] in
-            let reason = self.readLoop(decoder: decoder)
-            self.finish(reason)
-        }
+        let thread = Thread { [self] in self.runConnection(decoder: decoder) }
         thread.name = "StoreSync replica \(replicaID) reader"
         thread.start()
     }
+}
 
-    private func readLoop(decoder initial: FrameDecoder) -> ReplicaError {
-        var decoder = initial
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
-        defer { buffer.deallocate() }
-        while true {
-            if let failure = handleFrames(&decoder) { return failure }
-            switch UnixSocket.read(upstream.fd, into: buffer) {
-            case .bytes(let count):
-                decoder.append(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
-            case .wouldBlock:
-                _ = UnixSocket.waitUntil(upstream.fd, timeoutMilliseconds: -1)
-            case .endOfFile:
-                return .disconnected(upstream.closedLocally ? "closed by this replica" : "the hub closed the connection")
-            case .failed(let code):
-                return .disconnected(SystemError.describe(errno: code))
-            }
+/// The current connection's sending side, replaced when the replica reconnects.
+///
+/// Dispatch ids come from here, not from one connection, so they stay unique for the
+/// replica's whole life.
+final class UpstreamHolder: Sendable {
+    private let upstream: Mutex<Upstream>
+    private let nextID = Atomic<Int>(1)
+
+    init(_ upstream: Upstream) { self.upstream = Mutex(upstream) }
+
+    /// The sending side of the current connection.
+    var current: Upstream { upstream.withLock { $0 } }
+
+    /// Installs the sending side of a new connection; returns the old one.
+    func replace(with new: Upstream) -> Upstream {
+        upstream.withLock { value in
+            let old = value
+            value = new
+            return old
         }
     }
 
-    /// Handles every complete frame buffered in `decoder`, applying actions in one hold of
-    /// the store's dispatch lock; returns a reason to stop, or `nil` to read more.
-    private func handleFrames(_ decoder: inout FrameDecoder) -> ReplicaError? {
-        var failure: ReplicaError?
-        store.receiveBatch { apply in
-            while failure == nil {
-                do throws(FrameError) {
-                    guard let outcome = try decoder.decodeNext({ payload in handle(payload, apply: apply) }) else { return }
-                    failure = outcome
-                } catch {
-                    failure = .protocolViolation(error.description)
-                }
-            }
-        }
-        return failure
-    }
-
-    /// Handles one frame from the hub; returns a reason to stop, or `nil` to go on.
-    private func handle(_ frame: UnsafeRawBufferPointer,
-                        apply: (App.Action) throws(App.Failure) -> Void) -> ReplicaError? {
-        let message: HubMessage
-        do {
-            message = try HubMessage(json: JSON(parsing: frame))
-        } catch let error as WireError {
-            return .protocolViolation(error.message)
-        } catch {
-            return .protocolViolation(String(describing: error))
-        }
-        switch message {
-        case .action(let seq, let origin, let id, let json):
-            let expected = lastSeq.load(ordering: .relaxed) + 1
-            guard seq == expected else {
-                return .protocolViolation("expected seq \(expected), got \(seq)")
-            }
-            let action: App.Action
-            do {
-                action = try app.decodeAction(json)
-            } catch {
-                return .diverged("sequenced action \(seq) does not decode here: \(error.message)")
-            }
-            do throws(App.Failure) {
-                try apply(action)
-            } catch {
-                return .diverged("this replica's reducer refused sequenced action \(seq): \(app.describe(error))")
-            }
-            lastSeq.store(seq, ordering: .releasing)
-            let (ack, observers) = shared.withLock { shared in
-                (origin == replicaID ? shared.acks.removeValue(forKey: id) : nil, shared.observers)
-            }
-            ack?.resume(returning: seq)
-            let event = ReplicaEvent<App.Action>.action(seq: seq, origin: origin, id: id, action: action, json: json)
-            for observer in observers { observer.callback(event) }
-        case .reject(let id, let error):
-            let (ack, observers) = shared.withLock { ($0.acks.removeValue(forKey: id), $0.observers) }
-            ack?.resume(throwing: ReplicaError.rejected(error))
-            for observer in observers { observer.callback(.rejected(id: id, error: error)) }
-        case .status(let status):
-            let waiter = shared.withLock { $0.statusWaiters.isEmpty ? nil : $0.statusWaiters.removeFirst() }
-            waiter?.resume(returning: status)
-        case .synced:
-            let waiter = shared.withLock { $0.syncWaiters.isEmpty ? nil : $0.syncWaiters.removeFirst() }
-            waiter?.resume(returning: lastSeq.load(ordering: .relaxed))
-        case .error(let error):
-            return .hub(error)
-        case .welcome:
-            return .protocolViolation("a second welcome")
-        case .unknown:
-            // The extension rule: a newer hub may send message types this library does not know.
-            break
-        }
-        return nil
-    }
-
-    private func finish(_ reason: ReplicaError) {
-        upstream.closeDescriptor(reason: reason.description)
-        let shared = shared.withLock { shared -> Shared in
-            shared.endReason = reason
-            defer {
-                shared.acks = [:]
-                shared.statusWaiters = []
-                shared.syncWaiters = []
-                shared.closeWaiters = []
-            }
-            return shared
-        }
-        let failure = ReplicaError.disconnected(reason.description)
-        for ack in shared.acks.values { ack.resume(throwing: failure) }
-        for waiter in shared.statusWaiters { waiter.resume(throwing: failure) }
-        for waiter in shared.syncWaiters { waiter.resume(throwing: failure) }
-        for observer in shared.observers { observer.callback(.disconnected(reason)) }
-        for waiter in shared.closeWaiters { waiter.resume(returning: reason) }
-    }
+    /// A fresh dispatch id, unique for this replica.
+    func makeID() -> DispatchID { .number(nextID.add(1, ordering: .relaxed).oldValue) }
 }

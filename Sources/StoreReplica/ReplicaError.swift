@@ -42,6 +42,32 @@ public enum ReplicaEvent<Action: Sendable>: Sendable {
     case action(seq: UInt64, origin: Int, id: DispatchID, action: Action, json: JSON)
     /// The hub refused a dispatch of this replica.
     case rejected(id: DispatchID, error: WireError)
-    /// The connection ended; no more events follow.
+    /// The connection dropped, is being re-established, or is back (see ``ConnectionChange``).
+    case connection(ConnectionChange)
+    /// The connection ended for good (closed, or reconnection gave up); no more events follow.
+    case disconnected(ReplicaError)
+}
+
+/// A change in a replica's link to its hub.
+public enum ConnectionChange: Sendable, Equatable {
+    /// The link dropped; the replica reconnects (per its ``ReconnectPolicy``).
+    case dropped(reason: String)
+    /// Attempt `attempt` (from 1) to reconnect is starting.
+    case reconnecting(attempt: Int)
+    /// The link is back and continues the same history from `seq`: nothing was missed, the
+    /// actions after `seq` follow in order.
+    case resumed(seq: UInt64)
+    /// The link is back with a full welcome: the local state was replaced by the hub's state at
+    /// `seq` (another history, a gap beyond the hub's backlog, or a hub that lost a tail).
+    case rehydrated(seq: UInt64)
+}
+
+/// Where a replica's link to its hub stands.
+public enum LinkState: Sendable, Equatable {
+    /// Attached and receiving.
+    case connected
+    /// Between a drop and the next welcome; `attempt` counts from 1.
+    case reconnecting(attempt: Int)
+    /// Ended for good.
     case disconnected(ReplicaError)
 }

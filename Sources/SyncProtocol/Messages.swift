@@ -39,13 +39,35 @@ public enum DispatchID: Sendable, Hashable, CustomStringConvertible {
     public var description: String { json.canonicalString }
 }
 
+/// Where a reconnecting replica left off: `"resume":{"history":H,"seq":N}` in `hello`.
+public struct ResumePoint: Sendable, Equatable {
+    /// The history id the replica's state belongs to (from its last welcome).
+    public var history: String
+    /// The last seq the replica applied.
+    public var seq: UInt64
+
+    /// Creates a resume point.
+    ///
+    /// - Parameters:
+    ///   - history: The history id.
+    ///   - seq: The last applied seq.
+    public init(history: String, seq: UInt64) {
+        self.history = history
+        self.seq = seq
+    }
+
+    /// The wire form.
+    public var json: JSON { ["history": .string(history), "seq": JSON(seq)] }
+}
+
 /// A message a client sends to the hub.
 ///
 /// The hub refuses a type it does not know (`unknown-type`); see ``HubMessage`` for the
 /// other direction, where clients ignore what they do not know.
 public enum ClientMessage: Sendable, Equatable {
-    /// Attach as a replica: `{"type":"hello","protocol":1,"app":"json","fingerprint":"…","name":"…"}`.
-    case hello(protocolVersion: Int, app: String, fingerprint: String?, name: String?)
+    /// Attach as a replica: `{"type":"hello","protocol":1,"app":"json","fingerprint":"…","name":"…"}`,
+    /// optionally resuming from a seq of a history (`"resume":{"history":H,"seq":N}`).
+    case hello(protocolVersion: Int, app: String, fingerprint: String?, name: String?, resume: ResumePoint? = nil)
     /// Propose an action: `{"type":"dispatch","id":…,"action":{…}}`.
     case dispatch(id: DispatchID, action: JSON)
     /// Ask for the hub's status: `{"type":"status"}`.
@@ -80,7 +102,14 @@ public enum ClientMessage: Sendable, Equatable {
             }
             let fingerprint = try Self.optionalString(members, "fingerprint")
             let name = try Self.optionalString(members, "name")
-            self = .hello(protocolVersion: version, app: app, fingerprint: fingerprint, name: name)
+            var resume: ResumePoint?
+            if let raw = members["resume"], !raw.isNull {
+                guard let history = raw["history"]?.stringValue, let seq = raw["seq"]?.intValue, seq >= 0 else {
+                    throw WireError(.badFrame, "hello member \"resume\" must be {\"history\":string,\"seq\":integer ≥ 0}, from the last welcome and the last applied action")
+                }
+                resume = ResumePoint(history: history, seq: UInt64(seq))
+            }
+            self = .hello(protocolVersion: version, app: app, fingerprint: fingerprint, name: name, resume: resume)
         case "dispatch":
             guard let rawID = members["id"], let id = DispatchID(json: rawID) else {
                 throw WireError(.badFrame, "dispatch needs a member \"id\" that is a string or an integer within ±(2^53 − 1)")
@@ -116,10 +145,11 @@ public enum ClientMessage: Sendable, Equatable {
     /// The wire form.
     public var json: JSON {
         switch self {
-        case .hello(let version, let app, let fingerprint, let name):
+        case .hello(let version, let app, let fingerprint, let name, let resume):
             var members: [JSONKey: JSON] = ["type": "hello", "protocol": JSON(version), "app": .string(app)]
             if let fingerprint { members["fingerprint"] = .string(fingerprint) }
             if let name { members["name"] = .string(name) }
+            if let resume { members["resume"] = resume.json }
             return .object(members)
         case .dispatch(let id, let action):
             return ["type": "dispatch", "id": id.json, "action": action]
@@ -209,6 +239,9 @@ public struct HubStatus: Sendable, Equatable {
 }
 
 /// The hub's `welcome`: this replica's id and the state every later action applies to.
+///
+/// A full welcome carries the state and its digest. A resumed one (``resumed``) carries
+/// neither: the replica keeps its state as of `seq`, and the actions after it follow.
 public struct Welcome: Sendable, Equatable {
     /// The hub's run id.
     public var hub: String
@@ -216,10 +249,12 @@ public struct Welcome: Sendable, Equatable {
     public var replica: Int
     /// The seq the state was taken at; the next action this connection receives is `seq + 1`.
     public var seq: UInt64
-    /// The state, as the app encodes it.
-    public var state: JSON
-    /// The digest of the state's canonical bytes.
-    public var digest: String
+    /// The state, as the app encodes it; `nil` in a resumed welcome.
+    public var state: JSON?
+    /// The digest of the state's canonical bytes; `nil` in a resumed welcome.
+    public var digest: String?
+    /// Whether this continues the replica's own state from the `resume` it asked for.
+    public var resumed: Bool
     /// The largest frame payload the hub accepts from a client (`max_frame_bytes`), if it says;
     /// a client refuses a larger dispatch itself instead of losing its connection.
     public var maxFrameBytes: Int?
@@ -243,8 +278,27 @@ public struct Welcome: Sendable, Equatable {
         self.seq = seq
         self.state = state
         self.digest = digest
+        self.resumed = false
         self.maxFrameBytes = maxFrameBytes
         self.history = history
+    }
+
+    /// A resumed welcome: no state; the actions after `seq` follow.
+    ///
+    /// - Parameters:
+    ///   - hub: The hub's run id.
+    ///   - replica: The replica id.
+    ///   - seq: The seq the replica resumes from.
+    ///   - history: The history id.
+    ///   - maxFrameBytes: The hub's frame limit for clients.
+    /// - Returns: The welcome.
+    public static func resumed(hub: String, replica: Int, seq: UInt64, history: String, maxFrameBytes: Int? = nil) -> Welcome {
+        var welcome = Welcome(hub: hub, replica: replica, seq: seq, state: .null, digest: "", maxFrameBytes: maxFrameBytes,
+                              history: history)
+        welcome.state = nil
+        welcome.digest = nil
+        welcome.resumed = true
+        return welcome
     }
 }
 
@@ -275,9 +329,10 @@ public enum HubMessage: Sendable, Equatable {
         case .welcome(let welcome):
             var members: [JSONKey: JSON] = [
                 "type": "welcome", "protocol": JSON(syncProtocolVersion), "hub": .string(welcome.hub),
-                "replica": JSON(welcome.replica), "seq": JSON(welcome.seq), "state": welcome.state,
-                "digest": .string(welcome.digest),
+                "replica": JSON(welcome.replica), "seq": JSON(welcome.seq), "resumed": .bool(welcome.resumed),
             ]
+            if let state = welcome.state { members["state"] = state }
+            if let digest = welcome.digest { members["digest"] = .string(digest) }
             if let limit = welcome.maxFrameBytes { members["max_frame_bytes"] = JSON(limit) }
             if let history = welcome.history { members["history"] = .string(history) }
             return .object(members)
@@ -365,6 +420,14 @@ public enum HubMessage: Sendable, Equatable {
         }
         switch JSONKey(type) {
         case "welcome":
+            if m["resumed"]?.boolValue == true {
+                guard let history = m["history"]?.stringValue else {
+                    throw WireError(.badFrame, "a resumed welcome needs a string \"history\"")
+                }
+                self = .welcome(.resumed(hub: try string("hub"), replica: try int("replica"), seq: try seq("seq"),
+                                         history: history, maxFrameBytes: try optionalInt("max_frame_bytes")))
+                return
+            }
             guard let state = m["state"] else { throw WireError(.badFrame, "welcome needs a \"state\"") }
             self = .welcome(Welcome(hub: try string("hub"), replica: try int("replica"), seq: try seq("seq"),
                                     state: state, digest: try string("digest"),

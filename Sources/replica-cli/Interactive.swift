@@ -42,6 +42,12 @@ struct Interactive<App: SyncApp> {
                 } else {
                     Console.out("rejected \(id): \(error.rawCode): \(error.message)")
                 }
+            case .connection(let change):
+                if json {
+                    if let line = linkJSON(change) { Console.out(line.canonicalString) }
+                } else if let line = linkLine(change) {
+                    Console.out(line)
+                }
             case .disconnected(let reason):
                 exitDisconnected(reason)
             }
@@ -60,7 +66,7 @@ struct Interactive<App: SyncApp> {
                 Console.out(app.encodeState(replica.store.state).prettyString)
             case ":digest":
                 // Settle first: everything sequenced before the hub answers is applied here.
-                do { try await replica.sync() } catch { exitDisconnected(await replica.waitUntilDisconnected()) }
+                do { try await replica.sync() } catch { await settleFailed(error) }
                 let digest = app.digest(of: replica.store.state)
                 if json {
                     Console.out(JSON.object(["type": "digest", "seq": JSON(replica.seq), "digest": .string(digest)]).canonicalString)
@@ -77,8 +83,19 @@ struct Interactive<App: SyncApp> {
             default:
                 dispatch(trimmed)
                 // Read-your-writes: the next line (a thunk, say) sees this one's effect.
-                do { try await replica.sync() } catch { exitDisconnected(await replica.waitUntilDisconnected()) }
+                do { try await replica.sync() } catch { await settleFailed(error) }
             }
+        }
+    }
+
+    /// A barrier failed: while the link is being re-established, say so and go on; once it
+    /// has ended for good, report it and exit.
+    private func settleFailed(_ error: ReplicaError) async {
+        if case .disconnected(let reason) = replica.linkState { exitDisconnected(reason) }
+        if json {
+            Console.out(JSON.object(["type": "error", "error": ["code": "unavailable", "message": .string(error.description)]]).canonicalString)
+        } else {
+            Console.out("error: \(error.description)")
         }
     }
 

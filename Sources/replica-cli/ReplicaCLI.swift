@@ -52,6 +52,14 @@ let usage = """
                              taken from its status.
       --name NAME            This replica's name in the hub's status and logs.
       --json                 Machine-readable output for attach, state and status.
+      --no-reconnect         attach and watch: end (exit 1) when the link to the hub drops,
+                             instead of reconnecting. By default they ride through a hub
+                             restart: one line when the link drops ("link to the hub dropped:
+                             REASON; reconnecting"), one when it is back ("link back: resumed at
+                             seq N", nothing missed, or "link back: re-hydrated at seq N", the
+                             state replaced by the hub's); watch prints every seq exactly once.
+                             watch writes these lines to stderr; attach to stdout (with --json
+                             as {"type":"link","state":"dropped"|"resumed"|"rehydrated",…}).
       --pointer P            With state: print only the value at JSON Pointer P.
       -h, --help             Print this help and exit.
 
@@ -73,6 +81,7 @@ struct Options {
     var name: String?
     var json = false
     var pointer: String?
+    var noReconnect = false
     var command: String?
     var arguments: [String] = []
 }
@@ -99,6 +108,7 @@ func parseOptions() -> Options {
         case "--name": options.name = value(argument)
         case "--pointer": options.pointer = value(argument)
         case "--json": options.json = true
+        case "--no-reconnect": options.noReconnect = true
         case "--":
             options.arguments.append(contentsOf: cursor.rest())
         default:
@@ -175,7 +185,10 @@ struct ReplicaCLI {
         let actions = command == "dispatch" ? options.arguments.map { wireAction(app, $0) } : []
         if command == "watch" || command == "attach" { exitOnTerminationSignal() }
         // Observers go in before reading starts, so no sequenced action is missed.
-        let replica = try Replica.attach(app: app, over: connection, name: options.name, startReading: false)
+        // attach and watch ride through hub restarts; one-shot commands do not reconnect.
+        let rides = (command == "watch" || command == "attach") && !options.noReconnect
+        let replica = try Replica.attach(app: app, over: connection, name: options.name, startReading: false,
+                                         reconnect: rides ? .automatic : .never)
         defer { replica.close() }
         switch command {
         case "state":
@@ -188,8 +201,14 @@ struct ReplicaCLI {
             }
         case "watch":
             let token = replica.observeEvents { event in
-                if case .action(let seq, let origin, let id, _, let json) = event {
+                switch event {
+                case .action(let seq, let origin, let id, _, let json):
                     Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": json]).canonicalString)
+                case .connection(let change):
+                    // stdout stays one action per line; the link's story goes to stderr.
+                    if let line = linkLine(change) { Console.error("replica-cli: \(line)") }
+                default:
+                    break
                 }
             }
             replica.startReading()
@@ -241,5 +260,25 @@ struct ReplicaCLI {
         } else {
             Console.out(shown.canonicalString)
         }
+    }
+}
+
+/// The line `attach` and `watch` print for a change of the link (`nil`: say nothing).
+func linkLine(_ change: ConnectionChange) -> String? {
+    switch change {
+    case .dropped(let reason): "link to the hub dropped: \(reason); reconnecting"
+    case .reconnecting: nil
+    case .resumed(let seq): "link back: resumed at seq \(seq)"
+    case .rehydrated(let seq): "link back: re-hydrated at seq \(seq) (state replaced by the hub's)"
+    }
+}
+
+/// The JSON line `attach --json` prints for a change of the link (`nil`: say nothing).
+func linkJSON(_ change: ConnectionChange) -> JSON? {
+    switch change {
+    case .dropped(let reason): ["type": "link", "state": "dropped", "reason": .string(reason)]
+    case .reconnecting: nil
+    case .resumed(let seq): ["type": "link", "state": "resumed", "seq": JSON(seq)]
+    case .rehydrated(let seq): ["type": "link", "state": "rehydrated", "seq": JSON(seq)]
     }
 }

@@ -15,7 +15,7 @@ struct ProtocolGrowthTests {
         #expect(try HubMessage(json: action) == .action(seq: 3, origin: 1, id: .number(7), action: ["type": "x"]))
         let welcome = try JSON(parsing: #"{"type":"welcome","protocol":1,"hub":"h","replica":2,"seq":0,"digest":"d","state":{},"resumed":false,"checkpoint_every":100}"#)
         #expect(try HubMessage(json: welcome) == .welcome(Welcome(hub: "h", replica: 2, seq: 0, state: [:], digest: "d")))
-        let hello = try JSON(parsing: #"{"type":"hello","protocol":1,"app":"json","resume":{"seq":1}}"#)
+        let hello = try JSON(parsing: #"{"type":"hello","protocol":1,"app":"json","compression":{"zstd":1}}"#)
         #expect(try ClientMessage(json: hello) == .hello(protocolVersion: 1, app: "json", fingerprint: nil, name: nil))
     }
 

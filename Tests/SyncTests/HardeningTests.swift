@@ -222,8 +222,9 @@ extension MultiProcessTests {
             #expect(throws: ReplicaError.self) { try replica.send(.increment) }
             let failures = Mutex(0)
             let second = try InProcessHub(CounterApp())
-            let other = try Replica.attach(app: CounterApp(), socketPath: second.fixture.socket,
+            let other = try Replica.attach(app: CounterApp(), socketPath: second.fixture.socket, reconnect: .never,
                                            onDispatchFailure: { _, _ in failures.withLock { $0 += 1 } })
+            defer { other.close() }
             second.hub.stop()
             for _ in 0..<100 where other.isConnected { other.store.dispatch(.increment) }
             _ = await other.waitUntilDisconnected()

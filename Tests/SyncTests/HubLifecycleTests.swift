@@ -39,8 +39,9 @@ extension MultiProcessTests {
             let fixture = try Fixture()
             defer { fixture.shutdown() }
             let hub = try await fixture.startHub()
-            let watcher = try fixture.cli(["watch"])
-            let attached = try fixture.cli(["attach"])
+            // --no-reconnect: without it both would ride through the hub's absence (tested elsewhere).
+            let watcher = try fixture.cli(["--no-reconnect", "watch"])
+            let attached = try fixture.cli(["--no-reconnect", "attach"])
             try await waitUntil("both to attach") { try HubStatusProbe.status(fixture.socket).replicas.count == 2 }
             let seq = try await fixture.runCLI(["dispatch", "set /a 1"])
             #expect(seq.out == ["1"])

@@ -23,8 +23,10 @@ final class InProcessHub<App: SyncApp>: Sendable {
         }
     }
 
-    func attach(name: String? = nil, middleware: [Middleware<App.State, App.Action>] = [.thunk]) throws -> Replica<App> {
-        try Replica.attach(app: hub.app, socketPath: fixture.socket, name: name, middleware: middleware)
+    /// Attaches a replica; by default it does not reconnect, so a stopped hub ends it.
+    func attach(name: String? = nil, middleware: [Middleware<App.State, App.Action>] = [.thunk],
+                reconnect: ReconnectPolicy = .never) throws -> Replica<App> {
+        try Replica.attach(app: hub.app, socketPath: fixture.socket, name: name, middleware: middleware, reconnect: reconnect)
     }
 
     /// Whether the hub's thread is still inside `run`.

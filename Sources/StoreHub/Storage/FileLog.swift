@@ -29,6 +29,8 @@ final class FileLog: SequenceLog {
         var checkpoints: [(seq: UInt64, digest: String)]
         /// Every record after the snapshot, in order and contiguous.
         var records: [JournalRecord]
+        /// The contiguous records the journal still holds up to the snapshot (the resume window).
+        var window: [JournalRecord] = []
         /// The files read, for the start-up line.
         var files: [String]
         /// What was repaired (a truncated torn tail), one line each.
@@ -249,6 +251,10 @@ final class FileLog: SequenceLog {
                 while offset < raw.count {
                     switch JournalRecord.decode(raw, at: offset) {
                     case .success(let (record, next)):
+                        if record.seq < expected {
+                            if let last = recovery.window.last, last.seq + 1 != record.seq { recovery.window.removeAll() }
+                            recovery.window.append(record)
+                        }
                         if record.seq >= expected {
                             guard record.seq == expected else {
                                 return .failure(StorageError("\(path) at offset \(offset): record seq \(record.seq) follows seq \(expected - 1); actions \(expected)…\(record.seq - 1) are missing. Restore the data directory from a backup (hubd --check-data \(directory) shows the details)"))
