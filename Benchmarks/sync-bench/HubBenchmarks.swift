@@ -12,10 +12,17 @@ final class BenchHub: Sendable {
     let directory: String
     private let finished = Atomic<Bool>(false)
 
-    init() throws {
+    /// Starts a hub; with `fsync`, on a data directory of its own with that mode.
+    init(fsync: FsyncMode? = nil, configure: (inout HubConfiguration) -> Void = { _ in }) throws {
         directory = NSTemporaryDirectory() + "sync-bench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        hub = try Hub(app: JSONApp(), configuration: HubConfiguration(socketPath: directory + "/hub.sock"))
+        var configuration = HubConfiguration(socketPath: directory + "/hub.sock")
+        if let fsync {
+            configuration.dataDirectory = directory + "/data"
+            configuration.fsync = fsync
+        }
+        configure(&configuration)
+        hub = try Hub(app: JSONApp(), configuration: configuration)
         let hub = self.hub
         Thread.detachNewThread { [self] in
             try? hub.run()
@@ -79,8 +86,8 @@ func selfExecutable() throws -> String {
 
 /// Hub plus `replicas` worker processes on the json app: every worker dispatches its share,
 /// and the clock stops when every worker has applied every action.
-func hubThroughput(replicas: Int, actions: Int) throws -> Result {
-    let hub = try BenchHub()
+func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil) throws -> Result {
+    let hub = try BenchHub(fsync: fsync)
     defer { hub.stop() }
     let share = actions / replicas
     let total = share * replicas
@@ -99,7 +106,8 @@ func hubThroughput(replicas: Int, actions: Int) throws -> Result {
     let elapsed = nanoseconds(ContinuousClock.now - start)
     for worker in workers { worker.finish() }
     guard digests.count == 1 else { throw SystemError("replicas disagree: \(digests)") }
-    return Result(scenario: "hub.throughput", params: [("replicas", JSON(replicas)), ("app", "json")],
+    return Result(scenario: "hub.throughput",
+                  params: [("replicas", JSON(replicas)), ("app", "json"), ("fsync", .string(fsync?.rawValue ?? "memory"))],
                   metrics: [("actions_per_s", Double(total) / elapsed * 1e9), ("actions", Double(total))])
 }
 

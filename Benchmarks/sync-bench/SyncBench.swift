@@ -24,6 +24,9 @@ let usage = """
       baseline.socket   action-sized frames through a Unix socket pair (the hub's in-run baseline)
       hub.throughput    hub + 4 replica processes, json app: actions/s fully applied by all
       hub.latency       dispatch→ack round trip of one replica with 3 more attached, unloaded
+      hydrate           a new replica attaching to a 1 MiB state: connect to applied welcome, ms
+      resume            a replica resuming 10,000 missed actions: hello to the last one read, ms
+      recovery          hubd killed (-9) after 1,000,000 actions, --fsync never: restart to ready, s
     """
 
 @main
@@ -33,6 +36,7 @@ struct SyncBench {
         var json = false, quick = false
         var only: String?
         var worker = false, socket = "", count = 0, total = 0
+        var hubChild: String?
         while let argument = cursor.next() {
             switch argument {
             case "--json": json = true
@@ -42,6 +46,7 @@ struct SyncBench {
             case "--socket": socket = cursor.next() ?? ""
             case "--count": count = Int(cursor.next() ?? "") ?? 0
             case "--total": total = Int(cursor.next() ?? "") ?? 0
+            case "--hub-child": hubChild = cursor.next()
             case "-h", "--help":
                 Console.out(usage)
                 exit(0)
@@ -51,6 +56,7 @@ struct SyncBench {
             }
         }
         if worker { runWorker(socket: socket, count: count, total: total) }
+        if let hubChild { runHubChild(socket: socket, dataDirectory: hubChild) }
         UnixSocket.ignoreBrokenPipes()
 
         func report(_ result: Result) {
@@ -69,8 +75,13 @@ struct SyncBench {
             if wanted("baseline.socket") { report(try socketBaseline(frames: quick ? 100_000 : 2_000_000)) }
             if wanted("hub") {
                 report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000))
+                report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, fsync: .batch))
+                report(try hubThroughput(replicas: 4, actions: quick ? 2_000 : 20_000, fsync: .always))
                 report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000))
             }
+            if wanted("hydrate") { report(try hydrate(stateBytes: 1 << 20)) }
+            if wanted("resume") { report(try resume(actions: 10_000)) }
+            if wanted("recovery") { report(try recovery(actions: quick ? 100_000 : 1_000_000)) }
         } catch {
             Console.error("sync-bench: \(error)")
             exit(1)

@@ -225,7 +225,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     }
 
     /// The current state without registering an observation (for the store's own use).
-    @usableFromInline var unobservedState: State { core.withLock { $0.state } }
+    @usableFromInline package var unobservedState: State { core.withLock { $0.state } }
 
     // MARK: - Dispatch
 

@@ -6,8 +6,9 @@ import SyncCore
 enum ConnectionState: Equatable {
     /// Connected, not attached: `status` and `sync` are answered; `hello` attaches.
     case greeting
-    /// Attached as a replica: receives every sequenced action.
-    case attached(replica: Int, name: String)
+    /// Attached as a replica: receives every sequenced action. With a `session`, its
+    /// dispatch ids are de-duplicated across reconnects.
+    case attached(replica: Int, name: String, session: String?)
     /// Finished (after an `error`, an end of file, or shutdown): no more input is handled and
     /// no broadcast is added; what is queued is written, then the connection closes, at the
     /// latest at `deadline`.
@@ -17,7 +18,7 @@ enum ConnectionState: Equatable {
     var replica: Int? {
         switch self {
         case .greeting: nil
-        case .attached(let replica, _): replica
+        case .attached(let replica, _, _): replica
         case .closing(let replica, _, _): replica
         }
     }
@@ -26,7 +27,7 @@ enum ConnectionState: Equatable {
     var name: String {
         switch self {
         case .greeting: ""
-        case .attached(_, let name), .closing(_, let name, _): name
+        case .attached(_, let name, _), .closing(_, let name, _): name
         }
     }
 
@@ -55,6 +56,44 @@ final class Connection {
     var inputEnded = false
     /// The per-pass frame budget ran out with frames possibly still buffered.
     var moreFrames = false
+    /// When the connection was accepted or last sent a complete frame (for `--idle-timeout`).
+    var lastFrameAt: ContinuousClock.Instant = .now
+    /// Since when bytes of an incomplete frame have been buffered (`nil`: none).
+    var partialSince: ContinuousClock.Instant?
+    /// Where each broadcast batch queued for this replica ends in `out`, with the seq of its
+    /// last action: what has been written tells how far behind the replica is.
+    private var marks: [(end: Int, seq: UInt64)] = []
+    private var markHead = 0
+    /// The seq of the last action written to the socket (or queued before attaching).
+    private(set) var writtenSeq: UInt64 = 0
+
+    /// Notes that `out` now ends with the actions up to `seq`.
+    func markQueued(through seq: UInt64) {
+        if pendingBytes == 0 {
+            writtenSeq = seq
+        } else {
+            marks.append((out.count, seq))
+        }
+    }
+
+    /// Advances ``writtenSeq`` after a write moved `outOffset`.
+    func noteWritten() {
+        while markHead < marks.count, marks[markHead].end <= outOffset {
+            writtenSeq = marks[markHead].seq
+            markHead += 1
+        }
+        if markHead == marks.count {
+            marks.removeAll(keepingCapacity: true)
+            markHead = 0
+        }
+    }
+
+    /// Drops the first `cut` bytes of `out` (already written).
+    func dropWrittenPrefix(_ cut: Int) {
+        out.removeFirst(cut)
+        outOffset -= cut
+        for index in markHead..<marks.count { marks[index].end -= cut }
+    }
 
     init(fd: Int32, maxFrameBytes: Int) {
         self.fd = fd

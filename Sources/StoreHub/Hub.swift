@@ -93,6 +93,8 @@ public final class Hub<App: SyncApp>: Sendable {
         guard let directory = configuration.dataDirectory else {
             return try Sequencer(engine: engine, log: MemoryLog(), history: Digest.hex(UInt64.random(in: 0...UInt64.max)),
                                  recovery: nil, snapshotEvery: configuration.snapshotEvery, commitEachAction: false,
+                                 backlogActions: configuration.retainedActions, backlogBytes: configuration.backlogBytes,
+                                 checkpointEvery: configuration.checkpointEvery, dedupWindow: configuration.dedupWindow,
                                  reload: { nil }, note: log)
         }
         let started = ContinuousClock.now
@@ -106,6 +108,8 @@ public final class Hub<App: SyncApp>: Sendable {
             sequencer = try Sequencer(
                 engine: engine, log: fileLog, history: recovery.history, recovery: recovery,
                 snapshotEvery: configuration.snapshotEvery, commitEachAction: configuration.fsync == .always,
+                backlogActions: configuration.retainedActions, backlogBytes: configuration.backlogBytes,
+                checkpointEvery: configuration.checkpointEvery, dedupWindow: configuration.dedupWindow,
                 reload: { () throws(StorageError) -> FileLog.Recovery? in
                     try FileLog.recover(directory: directory, fingerprint: fingerprint, repair: false, create: false)
                 },

@@ -26,6 +26,17 @@ public struct HubConfiguration: Sendable {
     public var snapshotEvery: Int = 100_000
     /// Journal records kept behind the newest snapshot, at least (the resume window).
     public var retainedActions: Int = 10_000
+    /// The in-memory resume window's byte budget: it holds at least the last
+    /// ``retainedActions`` actions, and more while they fit in this many bytes (default 64 MiB).
+    public var backlogBytes: Int = 64 << 20
+    /// A `checkpoint` (the state's digest) follows every action whose seq is a multiple of
+    /// this (default 10,000; 0 sends none).
+    public var checkpointEvery: Int = 10_000
+    /// Dispatch ids remembered per client session, at least (default 1,000).
+    public var dedupWindow: Int = 1_000
+    /// A connection that is not attached and sends no complete frame for this long, or that
+    /// holds half a frame this long, is closed with `timeout` (default 10 s).
+    public var idleTimeout: Duration = .seconds(10)
 
     /// Creates a configuration.
     ///

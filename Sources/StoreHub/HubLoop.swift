@@ -24,6 +24,8 @@ final class HubLoop {
     private(set) var socketRemoved = false
 
     private var connections: [Int32: Connection] = [:]
+    /// The connection attached with each session (a newer `hello` with it supersedes).
+    private var sessionOwners: [JSONKey: Connection] = [:]
     /// Attached replicas in attach order: the broadcast list.
     private var attached: [Connection] = []
     private let readBuffer: UnsafeMutableRawBufferPointer
@@ -50,6 +52,7 @@ final class HubLoop {
     func serve(listener: ListeningSocket, wake: Int32, stopFD: Int32?,
                stopRequested: borrowing Atomic<Bool>) throws(SystemError) {
         var failure: SystemError?
+        var idle: [Connection] = []
         var pollSet: [pollfd] = []
         var order: [Connection] = []
         while !stopRequested.load(ordering: .relaxed) {
@@ -64,6 +67,8 @@ final class HubLoop {
             pollSet.append(pollfd(fd: stopFD ?? -1, events: Int16(POLLIN), revents: 0))
             var closingSoon = false
             var framesWaiting = false
+            var watchingIdle = false
+            let now = ContinuousClock.now
             for connection in connections.values {
                 var events: Int16 = 0
                 if connection.state.isClosing {
@@ -71,12 +76,25 @@ final class HubLoop {
                 } else {
                     if !connection.inputEnded { events |= Int16(POLLIN) }
                     if connection.moreFrames { framesWaiting = true }
+                    // Not attached yet, or half a frame buffered: it must make progress in time.
+                    if case .greeting = connection.state {
+                        watchingIdle = true
+                        if now - connection.lastFrameAt > configuration.idleTimeout { idle.append(connection) }
+                    } else if let since = connection.partialSince {
+                        watchingIdle = true
+                        if now - since > configuration.idleTimeout { idle.append(connection) }
+                    }
                 }
                 if connection.pendingBytes > 0 { events |= Int16(POLLOUT) }
                 pollSet.append(pollfd(fd: connection.fd, events: events, revents: 0))
                 order.append(connection)
             }
-            let timers = closingSoon || acceptPausedUntil != nil || sequencer.unavailableReason != nil
+            for connection in idle {
+                fail(connection, WireError(.timeout, "no complete hello, status or sync (or half a frame held) for \(configuration.idleTimeout) (--idle-timeout); connect again and send a whole frame"))
+                // `fail` queued the error; this pass's poll includes the connection as closing.
+            }
+            idle.removeAll(keepingCapacity: true)
+            let timers = closingSoon || watchingIdle || acceptPausedUntil != nil || sequencer.unavailableReason != nil
             let timeout: Int32 = framesWaiting ? 0 : (timers ? 100 : -1)
             let ready = poll(&pollSet, nfds_t(pollSet.count), timeout)
             if ready < 0 {
@@ -150,6 +168,7 @@ final class HubLoop {
         switch UnixSocket.read(connection.fd, into: readBuffer) {
         case .bytes(let count):
             connection.decoder.append(UnsafeRawBufferPointer(rebasing: readBuffer[0..<count]))
+            if connection.partialSince == nil { connection.partialSince = .now }
         case .wouldBlock:
             break
         case .endOfFile:
@@ -190,6 +209,8 @@ final class HubLoop {
                 if connection.inputEnded { finishAfterFlush(connection) }
                 return
             }
+            connection.lastFrameAt = .now
+            connection.partialSince = connection.decoder.bufferedByteCount > 0 ? connection.lastFrameAt : nil
             if let handled { apply(handled, to: connection) }
         }
     }
@@ -201,26 +222,50 @@ final class HubLoop {
             send(message, to: connection)
         case .status:
             let replicas = attached.compactMap { peer in
-                peer.state.replica.map { ReplicaInfo(replica: $0, name: peer.state.name, queuedBytes: peer.pendingBytes) }
+                peer.state.replica.map {
+                    ReplicaInfo(replica: $0, name: peer.state.name, queuedBytes: peer.pendingBytes,
+                                lag: Int(clamping: sequencer.seq &- min(sequencer.seq, peer.writtenSeq)))
+                }
             }
             send(.status(hubProtocol.statusMessage(replicas: replicas)), to: connection)
         case .fail(let error):
             fail(connection, error)
-        case .attach(let replica, let name, let resumeFrom):
-            attach(connection, replica: replica, name: name, resumeFrom: resumeFrom)
+        case .attach(let replica, let name, let resumeFrom, let session):
+            attach(connection, replica: replica, name: name, resumeFrom: resumeFrom, session: session)
+        case .duplicate(let id, let action):
+            // The original goes out first (a duplicate is never answered before the action
+            // it repeats); if it could not be made durable, it is forgotten and this one is
+            // judged afresh.
+            flushBatch()
+            if case .attached(_, _, let session?) = connection.state, let seq = sequencer.sequenced(session: session, id: id) {
+                send(.duplicate(id: id, seq: seq), to: connection)
+            } else if let effect = hubProtocol.dispatch(action, id: id, from: connection) {
+                apply(effect, to: connection)
+            }
         }
     }
 
     /// Attaches a connection: everything sequenced so far goes out before the snapshot, so
     /// the new replica's stream starts exactly after the welcome's seq (atomic hydration).
-    private func attach(_ connection: Connection, replica: Int, name: String, resumeFrom: UInt64?) {
+    private func attach(_ connection: Connection, replica: Int, name: String, resumeFrom: UInt64?, session: String?) {
         flushBatch()
-        connection.state = .attached(replica: replica, name: name)
+        if let session {
+            // One connection per session: a replica that reconnected before its old
+            // connection was noticed as gone takes the session over.
+            let key = JSONKey(session)
+            if let previous = sessionOwners[key], previous !== connection, connections[previous.fd] === previous,
+               !previous.state.isClosing {
+                fail(previous, WireError(.superseded, "another connection attached with this session (\(session)); this one is closed"))
+            }
+            sessionOwners[key] = connection
+        }
+        connection.state = .attached(replica: replica, name: name, session: session)
         if let resumeFrom, let missed = sequencer.frames(after: resumeFrom) {
             let welcome = Welcome.resumed(hub: hubID, replica: replica, seq: resumeFrom, history: sequencer.history,
                                           maxFrameBytes: configuration.maxFrameBytes)
             send(.welcome(welcome), to: connection)
             connection.out.append(contentsOf: missed)
+            connection.markQueued(through: sequencer.seq)
             attached.append(connection)
             configuration.log("hubd: \(connection.label) resumed at seq \(resumeFrom) (\(sequencer.seq - resumeFrom) actions replayed)")
             return
@@ -233,6 +278,7 @@ final class HubLoop {
             fail(connection, WireError(.frameTooLarge, "the state is \(snapshot.stateBytes.count) bytes, more than one frame can carry (4 GiB); it cannot be sent to a new replica"))
             return
         }
+        connection.markQueued(through: snapshot.seq)
         attached.append(connection)
         configuration.log("hubd: \(connection.label) attached at seq \(sequencer.seq)")
     }
@@ -290,8 +336,10 @@ final class HubLoop {
     private func flushBatch() {
         let (frames, failed) = sequencer.commit()
         if !frames.isEmpty {
+            let through = sequencer.committedSeq
             for connection in attached {
                 connection.out.append(contentsOf: frames)
+                connection.markQueued(through: through)
             }
         }
         for (connection, id, error) in failed where connections[connection.fd] === connection {
@@ -320,12 +368,12 @@ final class HubLoop {
         switch result {
         case .bytes(let count):
             connection.outOffset += count
+            connection.noteWritten()
             if connection.outOffset == connection.out.count {
                 connection.out.removeAll(keepingCapacity: connection.out.capacity <= 4 << 20)
                 connection.outOffset = 0
             } else if connection.outOffset >= 1 << 20, connection.outOffset * 2 >= connection.out.count {
-                connection.out.removeFirst(connection.outOffset)
-                connection.outOffset = 0
+                connection.dropWrittenPrefix(connection.outOffset)
             }
         case .wouldBlock:
             break
@@ -349,6 +397,9 @@ final class HubLoop {
     private func detach(_ connection: Connection) {
         guard connection.state.replica != nil else { return }
         attached.removeAll { $0 === connection }
+        if case .attached(_, _, let session?) = connection.state, sessionOwners[JSONKey(session)] === connection {
+            sessionOwners[JSONKey(session)] = nil
+        }
     }
 
     /// Stops broadcasting to a client that finished sending and closes it once its queue is written.

@@ -6,7 +6,10 @@ enum HubEffect {
     case reply(HubMessage)
     /// Queue a welcome for the connection (it is now attached) and add it to the broadcast list;
     /// with `resumeFrom`, a resumed welcome followed by the actions after that seq.
-    case attach(replica: Int, name: String, resumeFrom: UInt64?)
+    case attach(replica: Int, name: String, resumeFrom: UInt64?, session: String?)
+    /// The dispatch's session already had its id sequenced: once that original is committed,
+    /// answer `duplicate` with its seq (or, if it could not be made durable, dispatch again).
+    case duplicate(id: DispatchID, action: JSON)
     /// Queue the hub's status (the loop knows the attached replicas).
     case status
     /// Queue this error, stop reading, flush and close the connection.
@@ -48,8 +51,8 @@ struct HubProtocol {
         case .sync(let id):
             // The barrier: O(1), and in order with the actions this connection was sent.
             return .reply(.synced(seq: sequencer.seq, id: id))
-        case .hello(let version, let appName, let fingerprint, let name, let resume):
-            if case .attached(let replica, _) = connection.state {
+        case .hello(let version, let appName, let fingerprint, let name, let resume, let session):
+            if case .attached(let replica, _, _) = connection.state {
                 return .fail(WireError(.alreadyAttached, "this connection is already attached as replica \(replica); send hello once"))
             }
             guard version == syncProtocolVersion else {
@@ -69,15 +72,27 @@ struct HubProtocol {
                sequencer.canResume(after: resume.seq) {
                 resumeFrom = resume.seq
             }
-            return .attach(replica: sequencer.takeReplicaID(), name: name ?? "", resumeFrom: resumeFrom)
+            return .attach(replica: sequencer.takeReplicaID(), name: name ?? "", resumeFrom: resumeFrom, session: session)
         case .dispatch(let id, let action):
-            guard case .attached(let origin, _) = connection.state else {
-                return .fail(WireError(.notAttached, "dispatch before hello; send {\"type\":\"hello\",\"protocol\":\(syncProtocolVersion),\"app\":\"\(engine.appName)\"} first"))
-            }
-            switch sequencer.dispatch(action, id: id, origin: origin, from: connection) {
-            case .sequenced: return nil
-            case .refused(let error): return .reply(.reject(id: id, error: error))
-            }
+            return dispatch(action, id: id, from: connection)
+        }
+    }
+
+    /// Sequences one dispatch from an attached connection.
+    ///
+    /// - Parameters:
+    ///   - action: The action's JSON.
+    ///   - id: The client's dispatch id.
+    ///   - connection: The connection it came on.
+    /// - Returns: What to do (`nil`: nothing now; the action goes out with the next commit).
+    func dispatch(_ action: JSON, id: DispatchID, from connection: Connection) -> HubEffect? {
+        guard case .attached(let origin, _, let session) = connection.state else {
+            return .fail(WireError(.notAttached, "dispatch before hello; send {\"type\":\"hello\",\"protocol\":\(syncProtocolVersion),\"app\":\"\(sequencer.engine.appName)\"} first"))
+        }
+        switch sequencer.dispatch(action, id: id, origin: origin, session: session, from: connection) {
+        case .sequenced: return nil
+        case .refused(let error): return .reply(.reject(id: id, error: error))
+        case .duplicate: return .duplicate(id: id, action: action)
         }
     }
 

@@ -28,7 +28,13 @@ final class Sequencer {
     /// Released frames kept for replicas that resume.
     private var backlog: Backlog
     /// The dispatchers of the actions in `batch`, told `unavailable` if the commit fails.
-    private var uncommitted: [(connection: Connection, id: DispatchID)] = []
+    private var uncommitted: [(connection: Connection, id: DispatchID, session: String?)] = []
+    /// Sequenced dispatch ids per client session (exactly-once dispatch).
+    private(set) var sessions: SessionTable
+    /// A `checkpoint` follows every action whose seq is a multiple of this (0: none).
+    let checkpointEvery: UInt64
+    /// When idle sessions were last expired.
+    private var lastExpiry: ContinuousClock.Instant = .now
     /// Set while the log cannot be written.
     private(set) var unavailableReason: String?
     private var lastProbe = ContinuousClock.now
@@ -44,9 +50,12 @@ final class Sequencer {
     /// - Throws: ``StorageError`` when the recovered snapshot or journal does not apply with this app.
     init(engine: HubEngine, log: SequenceLog, history: String, recovery: FileLog.Recovery?, snapshotEvery: Int,
          commitEachAction: Bool, backlogActions: Int = 10_000, backlogBytes: Int = 64 << 20,
+         checkpointEvery: Int = 10_000, dedupWindow: Int = 1_000,
          reload: @escaping () throws(StorageError) -> FileLog.Recovery?,
          note: @escaping @Sendable (String) -> Void) throws(StorageError) {
         self.backlog = Backlog(minimumActions: backlogActions, maximumBytes: backlogBytes)
+        self.sessions = SessionTable(window: dedupWindow)
+        self.checkpointEvery = UInt64(max(0, checkpointEvery))
         self.engine = engine
         self.log = log
         self.history = history
@@ -75,6 +84,9 @@ final class Sequencer {
             do throws(FrameError) {
                 try Frame.appendActionEnvelope(seq: record.seq, origin: record.origin, id: record.id, action: record.action,
                                                to: &frames)
+                if let digest = record.checkpoint, isCheckpoint(record.seq) {
+                    frames.append(contentsOf: try Frame.encode(HubMessage.checkpoint(seq: record.seq, digest: digest)))
+                }
             } catch {
                 backlog.reset(after: seq)
                 return
@@ -100,6 +112,8 @@ final class Sequencer {
         if recovery.snapshot == nil, let error = engine.restore(engine.initialState) {
             throw StorageError("the app's initial state does not decode: \(error.message)")
         }
+        let now = ContinuousClock.now
+        sessions = SessionTable(json: recovery.snapshot?.sessions, window: sessions.window, now: now)
         if let snapshot = recovery.snapshot {
             if let error = engine.restore(snapshot.state) {
                 throw StorageError("the snapshot at seq \(snapshot.seq) does not decode with app \(engine.fingerprint): \(error.message); run the app version that wrote it")
@@ -117,6 +131,10 @@ final class Sequencer {
                 throw StorageError("journal record seq \(record.seq) is refused on replay (\(message)): the reducer is not deterministic, or the app changed without a new version; run the app version that wrote the journal")
             }
             base = record.seq
+            if let session = record.session { sessions.record(session: session, id: record.id, seq: record.seq, now: now) }
+            if let digest = record.checkpoint, digest != Digest.of(engine.snapshot()) {
+                note("hubd: warning: replaying journal record seq \(record.seq) gives digest \(Digest.of(engine.snapshot())), but when it was first applied the digest was \(digest): the reducer is not deterministic, or the app changed without a new version; replicas will re-hydrate at their next checkpoint")
+            }
             if let digest = checkpoints.removeValue(forKey: record.seq), digest != Digest.of(engine.snapshot()) {
                 throw StorageError("after replaying to seq \(record.seq) the state's digest is \(Digest.of(engine.snapshot())), but the snapshot at that seq says \(digest): the reducer is not deterministic, or the app changed without a new version")
             }
@@ -139,10 +157,29 @@ final class Sequencer {
         case sequenced
         /// Refused; nothing changed.
         case refused(WireError)
+        /// Its session already had this id sequenced, as this seq (possibly not yet committed).
+        case duplicate(UInt64)
     }
 
+    /// Whether a `checkpoint` follows the action with this seq.
+    func isCheckpoint(_ seq: UInt64) -> Bool { checkpointEvery > 0 && seq % checkpointEvery == 0 }
+
+    /// The seq a session's dispatch id was sequenced as, if the hub remembers it.
+    func sequenced(session: String, id: DispatchID) -> UInt64? { sessions.seq(session: session, id: id) }
+
     /// Validates, sequences, logs and encodes one dispatched action.
-    func dispatch(_ action: JSON, id: DispatchID, origin: Int, from connection: Connection) -> Outcome {
+    ///
+    /// - Parameters:
+    ///   - action: The action's JSON.
+    ///   - id: The dispatcher's id.
+    ///   - origin: The dispatching replica.
+    ///   - session: The dispatcher's session: an id it already had sequenced is a duplicate.
+    ///   - connection: The dispatcher's connection (told `unavailable` if the commit fails).
+    /// - Returns: What happened.
+    func dispatch(_ action: JSON, id: DispatchID, origin: Int, session: String?, from connection: Connection) -> Outcome {
+        if let session, let original = sessions.seq(session: session, id: id) {
+            return .duplicate(original)
+        }
         if let reason = unavailableReason {
             return .refused(WireError(.unavailable, reason))
         }
@@ -169,8 +206,19 @@ final class Sequencer {
             return .refused(WireError(.rejected, message))
         }
         seq += 1
-        log.append(JournalRecord(seq: seq, origin: origin, id: id, session: nil, action: action))
-        uncommitted.append((connection, id))
+        var checkpoint: String?
+        if isCheckpoint(seq) {
+            // The digest of the state right after this action; the snapshot is cached, so a
+            // status or welcome at this seq reuses the serialisation.
+            let digest = currentSnapshot().digest
+            checkpoint = digest
+            if let frame = try? Frame.encode(HubMessage.checkpoint(seq: seq, digest: digest)) {
+                batch.append(contentsOf: frame)
+            }
+        }
+        log.append(JournalRecord(seq: seq, origin: origin, id: id, session: session, action: action, checkpoint: checkpoint))
+        uncommitted.append((connection, id, session))
+        if let session { sessions.record(session: session, id: id, seq: seq, now: .now) }
         if commitEachAction {
             // `always`: this record is made durable on its own, before anything else happens.
             do throws(StorageError) {
@@ -215,6 +263,9 @@ final class Sequencer {
         lastProbe = .now
         note("hubd: \(error.message); refusing dispatches with unavailable until writing works again")
         let failed = uncommitted.map { ($0.connection, $0.id, WireError(.unavailable, reason)) }
+        for entry in uncommitted {
+            if let session = entry.session { sessions.forget(session: session, id: entry.id) }
+        }
         uncommitted.removeAll()
         // Frames of actions already durable (under `always`, each commits on its own) stay
         // queued for broadcast; only the uncommitted ones go.
@@ -252,6 +303,11 @@ final class Sequencer {
     ///
     /// - Returns: Whether the sequencer became available.
     func retryIfUnavailable() -> Bool {
+        let now = ContinuousClock.now
+        if now - lastExpiry >= .seconds(60) {
+            lastExpiry = now
+            sessions.expire(now: now)
+        }
         guard unavailableReason != nil, ContinuousClock.now - lastProbe >= .seconds(1) else { return false }
         lastProbe = .now
         guard log.probe() else { return false }
@@ -264,7 +320,8 @@ final class Sequencer {
     func snapshot() {
         guard seq == committedSeq, seq > lastSnapshotSeq || seq == 0 else { return }
         let current = currentSnapshot()
-        let stored = StoredSnapshot(seq: seq, digest: current.digest, state: engine.snapshot(), nextReplica: nextReplica)
+        let stored = StoredSnapshot(seq: seq, digest: current.digest, state: engine.snapshot(), nextReplica: nextReplica,
+                                    sessions: sessions.json)
         do throws(StorageError) {
             try log.writeSnapshot(stored)
             lastSnapshotSeq = seq

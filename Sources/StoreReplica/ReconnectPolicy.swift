@@ -16,6 +16,9 @@ public struct ReconnectPolicy: Sendable, Equatable {
     public var maxDelay: Duration
     /// Give up after this many failed attempts in a row (`nil`: keep trying until ``Replica/close()``).
     public var maxAttempts: Int?
+    /// The most dispatches that may wait for the link to come back (default 10,000); past
+    /// it, a dispatch made while reconnecting fails at once with ``ReplicaError/disconnected(_:)``.
+    public var maxPendingDispatches: Int = 10_000
 
     /// Creates a policy.
     ///

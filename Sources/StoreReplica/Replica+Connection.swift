@@ -16,7 +16,7 @@ extension Replica {
                 return
             }
             dropped(reason)
-            switch reconnectLoop(after: reason) {
+            switch reconnectLoop(after: reason, resume: !reason.isDivergence) {
             case .success(let next):
                 decoder = next
             case .failure(let final):
@@ -53,39 +53,49 @@ extension Replica {
         case .disconnected:
             return true
         case .hub(let error):
-            return error.code == .shuttingDown || error.code == .slowConsumer
-        case .noHub, .rejected, .protocolViolation, .diverged:
+            return error.code == .shuttingDown || error.code == .slowConsumer || error.code == .superseded
+                || error.code == .timeout
+        case .diverged:
+            // Healed by a full welcome: the hub's state replaces the local one.
+            return true
+        case .noHub, .rejected, .protocolViolation:
             return false
         }
     }
 
-    /// Fails every wait that needs an answer from the dropped connection, and tells observers.
+    /// Fails the status and sync waits (they need this connection's answer) and tells
+    /// observers. Dispatches stay pending: they are re-sent on the same session once the
+    /// link is back, so each is applied exactly once and their callers get their seq.
     private func dropped(_ reason: ReplicaError) {
-        let failure = ReplicaError.disconnected("the link to the hub dropped (\(reason.description)) before it answered; a dispatch may or may not have been applied — check the state once reconnected")
-        let (acks, statusWaiters, syncWaiters, observers) = shared.withLock { shared in
+        let failure = ReplicaError.disconnected("the link to the hub dropped (\(reason.description)) before it answered; ask again once it is back")
+        let seq = lastSeq.load(ordering: .acquiring)
+        let (statusWaiters, syncWaiters, observers) = shared.withLock { shared in
             defer {
-                shared.acks = [:]
                 shared.statusWaiters = []
                 shared.syncWaiters = []
                 shared.linkState = .reconnecting(attempt: 1)
+                if reason.isDivergence { shared.divergences += 1 }
             }
-            return (shared.acks, shared.statusWaiters, shared.syncWaiters, shared.observers)
+            return (shared.statusWaiters, shared.syncWaiters, shared.observers)
         }
-        for ack in acks.values { ack.resume(throwing: failure) }
         for waiter in statusWaiters { waiter.resume(throwing: failure) }
         for waiter in syncWaiters { waiter.resume(throwing: failure) }
-        notify(observers, .connection(.dropped(reason: reason.description)))
+        if case .diverged(let why) = reason {
+            Console.error("StoreReplica: diverged from the hub at seq \(seq): \(why); re-hydrating from the hub's state")
+            notify(observers, .connection(.diverged(seq: seq, reason: why)))
+        } else {
+            notify(observers, .connection(.dropped(reason: reason.description)))
+        }
     }
 
-    private func notify(_ observers: [(id: Int, callback: @Sendable (ReplicaEvent<App.Action>) -> Void)],
-                        _ event: ReplicaEvent<App.Action>) {
+    private func notify(_ observers: [Observer], _ event: ReplicaEvent<App.Action>) {
         for observer in observers { observer.callback(event) }
     }
 
     /// Tries to attach again until it works, the policy gives up, or the replica is closed.
     ///
     /// - Returns: The new connection's decoder (holding what followed its welcome), or why it ended.
-    private func reconnectLoop(after reason: ReplicaError) -> Result<FrameDecoder, ReplicaError> {
+    private func reconnectLoop(after reason: ReplicaError, resume: Bool) -> Result<FrameDecoder, ReplicaError> {
         var last = reason
         var attempt = 0
         while true {
@@ -104,10 +114,10 @@ extension Replica {
             _ = wakeReconnect.wait(timeout: .now() + .nanoseconds(nanoseconds))
             if shared.withLock({ $0.closing }) { return .failure(.disconnected("closed by this replica")) }
             do throws(ReplicaError) {
-                return .success(try attachAgain())
+                return .success(try attachAgain(resume: resume))
             } catch {
                 last = error
-                if case .hub(let wire) = error, wire.code != .shuttingDown, wire.code != .slowConsumer {
+                if case .hub(let wire) = error, wire.code != .shuttingDown, wire.code != .slowConsumer, wire.code != .timeout {
                     // The hub refuses this replica (another app, another protocol): retrying cannot help.
                     return .failure(error)
                 }
@@ -116,12 +126,13 @@ extension Replica {
         }
     }
 
-    /// One attempt: connect, `hello` with `resume`, and take over the new connection.
-    private func attachAgain() throws(ReplicaError) -> FrameDecoder {
+    /// One attempt: connect, `hello` with `resume` (unless the state is to be replaced) and
+    /// the session, take over the new connection, and re-send the pending dispatches.
+    private func attachAgain(resume wantsResume: Bool) throws(ReplicaError) -> FrameDecoder {
         let connection = try HubConnection(path: socketPath)
-        let resume = history.map { ResumePoint(history: $0, seq: lastSeq.load(ordering: .acquiring)) }
+        let resume = wantsResume ? history.map { ResumePoint(history: $0, seq: lastSeq.load(ordering: .acquiring)) } : nil
         try connection.send(.hello(protocolVersion: syncProtocolVersion, app: App.name, fingerprint: App.fingerprint,
-                                   name: name, resume: resume))
+                                   name: name, resume: resume, session: session))
         let reply = try connection.receive()
         guard case .welcome(let welcome) = reply else {
             if case .error(let error) = reply { throw .hub(error) }
@@ -145,14 +156,39 @@ extension Replica {
         let old = link.replace(with: Self.upstream(for: connection, welcome: welcome))
         old.closeDescriptor(reason: "replaced by a new connection")
         currentReplica.store(welcome.replica, ordering: .releasing)
-        let observers = shared.withLock { shared in
+        let (observers, resend) = shared.withLock { shared -> ([Observer], [(DispatchID, JSON)]) in
             shared.hubID = welcome.hub
-            if let history = welcome.history { shared.history = history }
+            if let history = welcome.history, history != shared.history {
+                // Another history: replica ids of the old one say nothing about this one.
+                shared.history = history
+                shared.ownReplicas = []
+            }
+            shared.ownReplicas.insert(welcome.replica)
             shared.linkState = .connected
-            return shared.observers
+            let resend = shared.pending.sorted { $0.value.order < $1.value.order }.map { ($0.key, $0.value.json) }
+            return (shared.observers, resend)
         }
         notify(observers, .connection(change))
+        // Same ids, same session: what the hub already sequenced is answered `duplicate`.
+        let upstream = link.current
+        for (id, json) in resend {
+            if case .tooLarge(let error) = upstream.send(.dispatch(id: id, action: json)) {
+                failPending(id, .rejected(error))
+            }
+        }
         return connection.decoder
+    }
+
+    /// Fails one pending dispatch: its awaiting caller, or the failure report.
+    private func failPending(_ id: DispatchID, _ error: ReplicaError) {
+        let (entry, ack) = shared.withLock { shared in
+            (shared.pending.removeValue(forKey: id), shared.acks.removeValue(forKey: id))
+        }
+        if let ack {
+            ack.resume(throwing: error)
+        } else if let entry, !entry.awaited {
+            reportFailure(error, entry.json)
+        }
     }
 
     /// The connection ended for good: fail every wait and report it.
@@ -163,6 +199,7 @@ extension Replica {
             shared.linkState = .disconnected(reason)
             defer {
                 shared.acks = [:]
+                shared.pending = [:]
                 shared.statusWaiters = []
                 shared.syncWaiters = []
                 shared.closeWaiters = []
@@ -171,6 +208,11 @@ extension Replica {
         }
         let failure = ReplicaError.disconnected(reason.description)
         for ack in shared.acks.values { ack.resume(throwing: failure) }
+        // Fire-and-forget dispatches never answered: the hub may or may not have applied them.
+        let unanswered = ReplicaError.disconnected("the link to the hub ended (\(reason.description)) before the hub answered this dispatch; it may or may not have been applied")
+        for (_, entry) in shared.pending.sorted(by: { $0.value.order < $1.value.order }) where !entry.awaited {
+            reportFailure(unanswered, entry.json)
+        }
         for waiter in shared.statusWaiters { waiter.resume(throwing: failure) }
         for waiter in shared.syncWaiters { waiter.resume(throwing: failure) }
         for observer in shared.observers { observer.callback(.disconnected(reason)) }

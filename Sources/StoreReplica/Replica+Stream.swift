@@ -47,15 +47,22 @@ extension Replica {
                 return .diverged("this replica's reducer refused sequenced action \(seq): \(app.describe(error))")
             }
             lastSeq.store(seq, ordering: .releasing)
-            let mine = origin == replicaID
-            let (ack, observers) = shared.withLock { shared in
-                (mine ? shared.acks.removeValue(forKey: id) : nil, shared.observers)
+            let (ack, observers) = shared.withLock { shared -> (CheckedContinuation<UInt64, any Error>?, [Observer]) in
+                // Ours if this replica held that id in this history (a resume replays actions
+                // dispatched over an earlier connection, under its earlier replica id).
+                guard shared.ownReplicas.contains(origin), shared.pending.removeValue(forKey: id) != nil else {
+                    return (nil, shared.observers)
+                }
+                return (shared.acks.removeValue(forKey: id), shared.observers)
             }
             ack?.resume(returning: seq)
             let event = ReplicaEvent<App.Action>.action(seq: seq, origin: origin, id: id, action: action, json: json)
             for observer in observers { observer.callback(event) }
         case .reject(let id, let error):
-            let (ack, observers) = shared.withLock { ($0.acks.removeValue(forKey: id), $0.observers) }
+            let (ack, observers) = shared.withLock { shared -> (CheckedContinuation<UInt64, any Error>?, [Observer]) in
+                shared.pending.removeValue(forKey: id)
+                return (shared.acks.removeValue(forKey: id), shared.observers)
+            }
             ack?.resume(throwing: ReplicaError.rejected(error))
             for observer in observers { observer.callback(.rejected(id: id, error: error)) }
         case .status(let status):
@@ -64,6 +71,20 @@ extension Replica {
         case .synced:
             let waiter = shared.withLock { $0.syncWaiters.isEmpty ? nil : $0.syncWaiters.removeFirst() }
             waiter?.resume(returning: lastSeq.load(ordering: .relaxed))
+        case .duplicate(let id, let seq):
+            // A re-sent dispatch the hub had already sequenced (its action was applied here
+            // before the link dropped, or is part of the state a full welcome brought).
+            let ack = shared.withLock { shared -> CheckedContinuation<UInt64, any Error>? in
+                shared.pending.removeValue(forKey: id) != nil ? shared.acks.removeValue(forKey: id) : nil
+            }
+            ack?.resume(returning: seq)
+        case .checkpoint(let seq, let digest):
+            // It follows action `seq`; one for any other point (there is none) is ignored.
+            guard seq == lastSeq.load(ordering: .relaxed) else { break }
+            let local = app.digest(of: store.unobservedState)
+            if local != digest {
+                return .diverged("at checkpoint seq \(seq) this replica's state digest is \(local), the hub's is \(digest): a reducer is not deterministic (a clock, a random value or a global read inside it), or the two sides run different code")
+            }
         case .error(let error):
             return .hub(error)
         case .welcome:

@@ -69,6 +69,11 @@ public final class Replica<App: SyncApp>: Sendable {
     public let reconnect: ReconnectPolicy
     /// The name given in `hello`.
     let name: String?
+    /// This replica's session (`hello` `session`), kept across reconnects: the hub applies
+    /// each of its dispatch ids once, so re-sending after a reconnect never applies twice.
+    public let session: String
+    /// Receives fire-and-forget dispatches that could not be sent or were never answered.
+    let reportFailure: @Sendable (ReplicaError, JSON) -> Void
 
     /// The current connection's sending side (replaced on reconnection).
     let link: UpstreamHolder
@@ -80,18 +85,38 @@ public final class Replica<App: SyncApp>: Sendable {
     /// Wakes a reconnection backoff early (on ``close()``).
     let wakeReconnect = DispatchSemaphore(value: 0)
 
+    /// An event observer and its registration id.
+    typealias Observer = (id: Int, callback: @Sendable (ReplicaEvent<App.Action>) -> Void)
+
     struct Shared {
         var acks: [DispatchID: CheckedContinuation<UInt64, any Error>] = [:]
         var statusWaiters: [CheckedContinuation<HubStatus, any Error>] = []
         var syncWaiters: [CheckedContinuation<UInt64, any Error>] = []
         var closeWaiters: [CheckedContinuation<ReplicaError, Never>] = []
-        var observers: [(id: Int, callback: @Sendable (ReplicaEvent<App.Action>) -> Void)] = []
+        var observers: [Observer] = []
         var nextObserver = 1
         var endReason: ReplicaError?
         var linkState: LinkState = .connected
         var closing = false
         var hubID: String
         var history: String?
+        /// Dispatches sent (or waiting for the link) and not yet answered, re-sent on the same
+        /// session after a reconnect.
+        var pending: [DispatchID: PendingDispatch] = [:]
+        var nextPendingOrder = 0
+        /// The replica ids this replica has held in the current history (its own actions'
+        /// `origin`s, also in a resume's replay).
+        var ownReplicas: Set<Int> = []
+        /// How many times a divergence was detected and healed by re-hydration.
+        var divergences = 0
+    }
+
+    /// A dispatch waiting for its `action`, `reject` or `duplicate`.
+    struct PendingDispatch {
+        var order: Int
+        var json: JSON
+        /// Whether someone awaits it (``dispatch(json:)``); otherwise a failure is reported.
+        var awaited: Bool
     }
 
     /// Connects to the hub and attaches (blocking until `welcome`, at most a few seconds).
@@ -117,11 +142,12 @@ public final class Replica<App: SyncApp>: Sendable {
         middleware: [Middleware<App.State, App.Action>] = [.thunk],
         startReading: Bool = true,
         reconnect: ReconnectPolicy = .automatic,
+        session: String? = nil,
         onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
     ) throws(ReplicaError) -> Replica {
         let connection = try HubConnection(path: SocketPath.resolve(explicit: socketPath))
         return try attach(app: app, over: connection, name: name, middleware: middleware, startReading: startReading,
-                          reconnect: reconnect, onDispatchFailure: onDispatchFailure)
+                          reconnect: reconnect, session: session, onDispatchFailure: onDispatchFailure)
     }
 
     /// Attaches over a connection already open (e.g. after asking it for `status`).
@@ -133,6 +159,7 @@ public final class Replica<App: SyncApp>: Sendable {
     ///   - middleware: Local middleware, outermost first.
     ///   - startReading: Start applying the hub's actions right away; see ``startReading()``.
     ///   - reconnect: How the connection comes back after a drop.
+    ///   - session: This replica's session (1–128 bytes); `nil` (the default) picks a random one.
     ///   - onDispatchFailure: Receives fire-and-forget dispatches that could not be sent; `nil`
     ///     writes a line to stderr.
     /// - Returns: The attached replica.
@@ -144,10 +171,15 @@ public final class Replica<App: SyncApp>: Sendable {
         middleware: [Middleware<App.State, App.Action>] = [.thunk],
         startReading: Bool = true,
         reconnect: ReconnectPolicy = .automatic,
+        session: String? = nil,
         onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
     ) throws(ReplicaError) -> Replica {
+        let session = session ?? Digest.hex(UInt64.random(in: 0...UInt64.max)) + Digest.hex(UInt64.random(in: 0...UInt64.max))
+        guard (1...ClientMessage.maxSessionBytes).contains(session.utf8.count) else {
+            throw .protocolViolation("a session is 1 to \(ClientMessage.maxSessionBytes) bytes, got \(session.utf8.count)")
+        }
         try connection.send(.hello(protocolVersion: syncProtocolVersion, app: App.name,
-                                   fingerprint: App.fingerprint, name: name))
+                                   fingerprint: App.fingerprint, name: name, session: session))
         let reply = try connection.receive()
         guard case .welcome(let welcome) = reply else {
             if case .error(let error) = reply { throw .hub(error) }
@@ -155,7 +187,8 @@ public final class Replica<App: SyncApp>: Sendable {
         }
         let state = try Self.decodeWelcomeState(welcome, app: app)
         let replicaObject = Replica(app: app, connection: connection, state: state, welcome: welcome, name: name,
-                                    middleware: middleware, reconnect: reconnect, onDispatchFailure: onDispatchFailure)
+                                    session: session, middleware: middleware, reconnect: reconnect,
+                                    onDispatchFailure: onDispatchFailure)
         if startReading { replicaObject.startReading() }
         return replicaObject
     }
@@ -177,7 +210,7 @@ public final class Replica<App: SyncApp>: Sendable {
         return state
     }
 
-    private init(app: App, connection: HubConnection, state: App.State, welcome: Welcome, name: String?,
+    private init(app: App, connection: HubConnection, state: App.State, welcome: Welcome, name: String?, session: String,
                  middleware: [Middleware<App.State, App.Action>], reconnect: ReconnectPolicy,
                  onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?) {
         let link = UpstreamHolder(Self.upstream(for: connection, welcome: welcome))
@@ -190,20 +223,31 @@ public final class Replica<App: SyncApp>: Sendable {
         self.socketPath = connection.path
         self.lastSeq = Atomic(welcome.seq)
         self.pendingDecoder = Mutex(connection.decoder)
-        self.shared = Mutex(Shared(hubID: welcome.hub, history: welcome.history))
+        var shared = Shared(hubID: welcome.hub, history: welcome.history)
+        shared.ownReplicas = [welcome.replica]
+        self.shared = Mutex(shared)
+        self.session = session
         let report = onDispatchFailure ?? { error, json in
             Console.error("StoreReplica: an action dispatched through the store was not sent (\(error.description)): \(json.canonicalString)")
         }
+        self.reportFailure = report
+        // The store's terminal reaches `self` only once it exists; dispatching through the
+        // store before `init` returns is impossible, so the box is always filled in time.
+        let submitter = SubmitterBox()
         self.store = Store(
             initialState: state, reducer: app, enhancer: .applyMiddleware(middleware), history: nil, onError: nil,
             terminal: { action in
                 let json = app.encodeAction(action)
-                let upstream = link.current
-                if let failure = upstream.send(.dispatch(id: link.makeID(), action: json)).failure {
-                    report(failure, json)
+                guard let submit = submitter.submit else {
+                    report(.disconnected("the replica is not initialised yet"), json)
+                    return
                 }
+                if let failure = submit(link.makeID(), json) { report(failure, json) }
             }
         )
+        submitter.submit = { [weak self] id, json in
+            self?.submit(id: id, json: json, awaited: false) ?? .disconnected("the replica was released")
+        }
     }
 
     /// The sending side for a connection that has just been welcomed.
@@ -245,11 +289,58 @@ public final class Replica<App: SyncApp>: Sendable {
     @discardableResult
     public func dispatch(json: JSON) async throws(ReplicaError) -> UInt64 {
         let id = link.makeID()
-        return try await awaitReply(
-            register: { $0.acks[id] = $1 },
-            send: { link.current.send(.dispatch(id: id, action: json)) },
-            unregister: { $0.acks.removeValue(forKey: id) }
-        )
+        do {
+            return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<UInt64, any Error>) in
+                shared.withLock { $0.acks[id] = continuation }
+                if let failure = submit(id: id, json: json, awaited: true),
+                   let waiting = shared.withLock({ $0.acks.removeValue(forKey: id) }) {
+                    waiting.resume(throwing: failure)
+                }
+            }
+        } catch let error as ReplicaError {
+            throw error
+        } catch {
+            throw .disconnected(String(describing: error))
+        }
+    }
+
+    /// Records a dispatch as pending (so it is re-sent on the same session after a reconnect)
+    /// and sends it, or queues it while the link is being re-established.
+    ///
+    /// - Returns: Why it was not accepted (then nothing is pending and nothing will be sent).
+    func submit(id: DispatchID, json: JSON, awaited: Bool) -> ReplicaError? {
+        let limit = reconnect.maxPendingDispatches
+        let plan = shared.withLock { shared -> SubmitPlan in
+            if let reason = shared.endReason { return .refused(.disconnected(reason.description)) }
+            if case .reconnecting = shared.linkState, shared.pending.count >= limit {
+                return .refused(.disconnected("\(shared.pending.count) dispatches already wait for the link to the hub to come back (ReconnectPolicy.maxPendingDispatches); this one was not queued — retry later"))
+            }
+            shared.pending[id] = PendingDispatch(order: shared.nextPendingOrder, json: json, awaited: awaited)
+            shared.nextPendingOrder += 1
+            if case .reconnecting = shared.linkState { return .queued }
+            return .send
+        }
+        switch plan {
+        case .refused(let error):
+            return error
+        case .queued:
+            return nil
+        case .send:
+            let failure: ReplicaError
+            switch link.current.send(.dispatch(id: id, action: json)) {
+            case .sent:
+                return nil
+            case .tooLarge(let error):
+                failure = .rejected(error)
+            case .closed(let reason):
+                // The link is dropping: kept pending, it is re-sent (on the same session, so
+                // applied once) when the link is back, or failed when the replica ends.
+                if reconnect.enabled, !shared.withLock({ $0.closing }) { return nil }
+                failure = .disconnected(reason)
+            }
+            shared.withLock { _ = $0.pending.removeValue(forKey: id) }
+            return failure
+        }
     }
 
     /// Sends `action` to the hub without waiting, skipping local middleware.
@@ -276,9 +367,13 @@ public final class Replica<App: SyncApp>: Sendable {
     @discardableResult
     public func send(json: JSON) throws(ReplicaError) -> DispatchID {
         let id = link.makeID()
-        if let failure = link.current.send(.dispatch(id: id, action: json)).failure { throw failure }
+        if let failure = submit(id: id, json: json, awaited: false) { throw failure }
         return id
     }
+
+    /// How many times this replica found its state differing from the hub's (a checkpoint
+    /// mismatch, or an action it could not apply) and healed it by re-hydrating.
+    public var divergences: Int { shared.withLock { $0.divergences } }
 
     /// Asks the hub for its status over this connection.
     ///
@@ -308,6 +403,9 @@ public final class Replica<App: SyncApp>: Sendable {
             return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
                 let ended = shared.withLock { shared -> ReplicaError? in
                     if let reason = shared.endReason { return reason }
+                    if case .reconnecting(let attempt) = shared.linkState {
+                        return .disconnected("the link to the hub is being re-established (attempt \(attempt)); ask again once it is back")
+                    }
                     register(&shared, continuation)
                     return nil
                 }
@@ -469,4 +567,21 @@ final class UpstreamHolder: Sendable {
 
     /// A fresh dispatch id, unique for this replica.
     func makeID() -> DispatchID { .number(nextID.add(1, ordering: .relaxed).oldValue) }
+}
+
+/// What `submit` does with a dispatch.
+private enum SubmitPlan {
+    case send, queued, refused(ReplicaError)
+}
+
+/// Lets the store's terminal (built before the replica exists) reach the replica's
+/// `submit`: set once at the end of `init`, read on every fire-and-forget dispatch.
+final class SubmitterBox: Sendable {
+    private let value = Mutex<(@Sendable (DispatchID, JSON) -> ReplicaError?)?>(nil)
+
+    /// The replica's submit function.
+    var submit: (@Sendable (DispatchID, JSON) -> ReplicaError?)? {
+        get { value.withLock { $0 } }
+        set { value.withLock { $0 = newValue } }
+    }
 }

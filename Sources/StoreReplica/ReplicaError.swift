@@ -12,8 +12,16 @@ public enum ReplicaError: Error, Sendable, Equatable, CustomStringConvertible {
     case disconnected(String)
     /// The hub broke the protocol (bad frame, sequence gap, undecodable action).
     case protocolViolation(String)
-    /// This replica's reducer refused an action the hub had accepted: the two run different reducers.
+    /// This replica's state differs from the hub's: its reducer refused an action the hub had
+    /// accepted, or its digest at a `checkpoint` differs (a reducer that is not deterministic,
+    /// or different code on the two sides). A reconnecting replica heals by re-hydrating.
     case diverged(String)
+
+    /// Whether this replica's state was found to differ from the hub's.
+    var isDivergence: Bool {
+        if case .diverged = self { return true }
+        return false
+    }
 
     /// The wire error behind ``hub(_:)`` and ``rejected(_:)``, if any.
     public var wireError: WireError? {
@@ -60,6 +68,11 @@ public enum ConnectionChange: Sendable, Equatable {
     /// The link is back with a full welcome: the local state was replaced by the hub's state at
     /// `seq` (another history, a gap beyond the hub's backlog, or a hub that lost a tail).
     case rehydrated(seq: UInt64)
+    /// This replica's state differed from the hub's at `seq` (a `checkpoint` digest that did not
+    /// match, or a sequenced action this replica could not apply): a reducer is not
+    /// deterministic, or the two sides run different code. The replica drops the link and
+    /// re-hydrates from a full welcome (a ``rehydrated(seq:)`` follows).
+    case diverged(seq: UInt64, reason: String)
 }
 
 /// Where a replica's link to its hub stands.

@@ -30,6 +30,13 @@ public enum ErrorCode: String, Sendable, CaseIterable, CustomStringConvertible {
     /// (`reject`) The hub cannot make the action durable (its journal cannot be written, e.g.
     /// a full disk); nothing was applied. Retry later: the hub recovers by itself.
     case unavailable = "unavailable"
+    /// Another connection said `hello` with this connection's `session`: the newer one takes
+    /// the session over and this one is closed (a replica that reconnected before its old
+    /// connection was noticed as gone).
+    case superseded = "superseded"
+    /// The connection sent no complete `hello` (nor a `status` or `sync`) within the hub's
+    /// `--idle-timeout`, or held half a frame that long; the hub closed it.
+    case timeout = "timeout"
 
     /// The wire string, e.g. `bad-frame`.
     public var description: String { rawValue }

@@ -37,6 +37,30 @@ public enum DispatchID: Sendable, Hashable, CustomStringConvertible {
 
     /// The id as JSON text.
     public var description: String { json.canonicalString }
+
+    /// Whether two ids are the same JSON value: integers by value, strings by Unicode
+    /// scalars (never Swift's canonical equivalence), and an integer never equals a string.
+    public static func == (lhs: DispatchID, rhs: DispatchID) -> Bool {
+        switch (lhs, rhs) {
+        case (.number(let a), .number(let b)): a == b
+        case (.string(let a), .string(let b)): a.utf8.elementsEqual(b.utf8)
+        default: false
+        }
+    }
+
+    /// Hashes consistently with ``==(_:_:)``.
+    ///
+    /// - Parameter hasher: The hasher.
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .number(let value):
+            hasher.combine(0)
+            hasher.combine(value)
+        case .string(let value):
+            hasher.combine(1)
+            hasher.combine(JSONKey(value))
+        }
+    }
 }
 
 /// Where a reconnecting replica left off: `"resume":{"history":H,"seq":N}` in `hello`.
@@ -65,9 +89,16 @@ public struct ResumePoint: Sendable, Equatable {
 /// The hub refuses a type it does not know (`unknown-type`); see ``HubMessage`` for the
 /// other direction, where clients ignore what they do not know.
 public enum ClientMessage: Sendable, Equatable {
+    /// The longest `session` a `hello` may carry, in UTF-8 bytes.
+    public static let maxSessionBytes = 128
+
     /// Attach as a replica: `{"type":"hello","protocol":1,"app":"json","fingerprint":"…","name":"…"}`,
     /// optionally resuming from a seq of a history (`"resume":{"history":H,"seq":N}`).
-    case hello(protocolVersion: Int, app: String, fingerprint: String?, name: String?, resume: ResumePoint? = nil)
+    ///
+    /// With `session` (1–128 bytes, chosen by the client and kept across its reconnects),
+    /// dispatch ids are scoped to the session and the hub applies each (session, id) once.
+    case hello(protocolVersion: Int, app: String, fingerprint: String?, name: String?, resume: ResumePoint? = nil,
+               session: String? = nil)
     /// Propose an action: `{"type":"dispatch","id":…,"action":{…}}`.
     case dispatch(id: DispatchID, action: JSON)
     /// Ask for the hub's status: `{"type":"status"}`.
@@ -109,7 +140,15 @@ public enum ClientMessage: Sendable, Equatable {
                 }
                 resume = ResumePoint(history: history, seq: UInt64(seq))
             }
-            self = .hello(protocolVersion: version, app: app, fingerprint: fingerprint, name: name, resume: resume)
+            var session: String?
+            if let raw = members["session"], !raw.isNull {
+                guard let text = raw.stringValue, (1...Self.maxSessionBytes).contains(text.utf8.count) else {
+                    throw WireError(.badFrame, "hello member \"session\" must be a string of 1 to \(Self.maxSessionBytes) bytes (UTF-8), the same on every reconnect of this client")
+                }
+                session = text
+            }
+            self = .hello(protocolVersion: version, app: app, fingerprint: fingerprint, name: name, resume: resume,
+                          session: session)
         case "dispatch":
             guard let rawID = members["id"], let id = DispatchID(json: rawID) else {
                 throw WireError(.badFrame, "dispatch needs a member \"id\" that is a string or an integer within ±(2^53 − 1)")
@@ -145,11 +184,12 @@ public enum ClientMessage: Sendable, Equatable {
     /// The wire form.
     public var json: JSON {
         switch self {
-        case .hello(let version, let app, let fingerprint, let name, let resume):
+        case .hello(let version, let app, let fingerprint, let name, let resume, let session):
             var members: [JSONKey: JSON] = ["type": "hello", "protocol": JSON(version), "app": .string(app)]
             if let fingerprint { members["fingerprint"] = .string(fingerprint) }
             if let name { members["name"] = .string(name) }
             if let resume { members["resume"] = resume.json }
+            if let session { members["session"] = .string(session) }
             return .object(members)
         case .dispatch(let id, let action):
             return ["type": "dispatch", "id": id.json, "action": action]
@@ -170,6 +210,8 @@ public struct ReplicaInfo: Sendable, Equatable {
     public let name: String
     /// Bytes queued for it in the hub (`queued_bytes`), if the hub says.
     public let queuedBytes: Int?
+    /// Actions sequenced that the hub has not yet written to it (`lag`), if the hub says.
+    public let lag: Int?
 
     /// Creates an entry.
     ///
@@ -177,10 +219,12 @@ public struct ReplicaInfo: Sendable, Equatable {
     ///   - replica: The id.
     ///   - name: The name.
     ///   - queuedBytes: Bytes the hub has queued for it.
-    public init(replica: Int, name: String, queuedBytes: Int? = nil) {
+    ///   - lag: Actions not yet written to it.
+    public init(replica: Int, name: String, queuedBytes: Int? = nil, lag: Int? = nil) {
         self.replica = replica
         self.name = name
         self.queuedBytes = queuedBytes
+        self.lag = lag
     }
 }
 
@@ -320,6 +364,13 @@ public enum HubMessage: Sendable, Equatable {
     case status(HubStatus)
     /// The answer to `sync`: every action up to `seq` was sent to this connection before it.
     case synced(seq: UInt64, id: DispatchID?)
+    /// The origin's dispatch `id` was already sequenced in its session, as `seq`; it was not
+    /// applied again (exactly-once dispatch across reconnects and restarts).
+    case duplicate(id: DispatchID, seq: UInt64)
+    /// The digest of the hub's state right after action `seq`; sent after every action whose
+    /// seq is a multiple of the hub's `--checkpoint-every`. A replica whose own digest at
+    /// `seq` differs has diverged and re-hydrates.
+    case checkpoint(seq: UInt64, digest: String)
     /// A message type this library does not know; a client ignores it (the extension rule).
     case unknown(type: String)
 
@@ -350,6 +401,7 @@ public enum HubMessage: Sendable, Equatable {
                 "replicas": .array(status.replicas.map { info in
                     var entry: [JSONKey: JSON] = ["replica": JSON(info.replica), "name": .string(info.name)]
                     if let queued = info.queuedBytes { entry["queued_bytes"] = JSON(queued) }
+                    if let lag = info.lag { entry["lag"] = JSON(lag) }
                     return .object(entry)
                 }),
             ]
@@ -360,6 +412,10 @@ public enum HubMessage: Sendable, Equatable {
         case .synced(let seq, let id):
             guard let id else { return ["type": "synced", "seq": JSON(seq)] }
             return ["type": "synced", "seq": JSON(seq), "id": id.json]
+        case .duplicate(let id, let seq):
+            return ["type": "duplicate", "id": id.json, "seq": JSON(seq)]
+        case .checkpoint(let seq, let digest):
+            return ["type": "checkpoint", "seq": JSON(seq), "digest": .string(digest)]
         case .unknown(let type):
             return ["type": .string(type)]
         }
@@ -374,6 +430,8 @@ public enum HubMessage: Sendable, Equatable {
         case .error: "error"
         case .status: "status"
         case .synced: "synced"
+        case .duplicate: "duplicate"
+        case .checkpoint: "checkpoint"
         case .unknown(let type): type
         }
     }
@@ -447,7 +505,7 @@ public enum HubMessage: Sendable, Equatable {
                     throw WireError(.badFrame, "status replicas need an integer \"replica\"")
                 }
                 replicas.append(ReplicaInfo(replica: replica, name: entry["name"]?.stringValue ?? "",
-                                            queuedBytes: entry["queued_bytes"]?.intValue))
+                                            queuedBytes: entry["queued_bytes"]?.intValue, lag: entry["lag"]?.intValue))
             }
             self = .status(HubStatus(protocolVersion: try int("protocol"), app: try string("app"),
                                      fingerprint: try string("fingerprint"), hub: try string("hub"),
@@ -464,6 +522,10 @@ public enum HubMessage: Sendable, Equatable {
                 syncID = parsed
             }
             self = .synced(seq: try seq("seq"), id: syncID)
+        case "duplicate":
+            self = .duplicate(id: try id(), seq: try seq("seq"))
+        case "checkpoint":
+            self = .checkpoint(seq: try seq("seq"), digest: try string("digest"))
         default:
             self = .unknown(type: type)
         }

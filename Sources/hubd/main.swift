@@ -13,7 +13,9 @@ import SyncPOSIX
 let usage = """
     hubd — the StoreSync hub: owns the root store and the order of actions, serves replicas.
 
-    USAGE: hubd [--app NAME] [--socket PATH] [--data-dir DIR [--fsync MODE] [--snapshot-every N]]
+    USAGE: hubd [--app NAME] [--socket PATH]
+                [--data-dir DIR [--fsync MODE] [--snapshot-every N] [--dedup-window N]]
+                [--backlog-bytes N] [--checkpoint-every N] [--idle-timeout SECONDS]
                 [--max-frame-bytes N] [--max-queue-bytes N]
            hubd --check-data DIR [--repair]
            hubd --list-apps | --help
@@ -44,6 +46,25 @@ let usage = """
       --snapshot-every N     Write a snapshot every N actions (default 100000; also at a clean
                              shutdown); older journal segments are then deleted, keeping at
                              least the last 10000 actions. Needs --data-dir.
+      --dedup-window N       Per client session (hello "session"), remember at least the last
+                             N sequenced dispatch ids (default 1000), in memory, in snapshots
+                             and through the journal: a dispatch re-sent after a reconnect or
+                             a hub restart is answered duplicate with its original seq, never
+                             applied twice. Sessions idle for 24 hours are forgotten; at most
+                             10000 sessions are kept (least recently used first out). Needs
+                             --data-dir (an in-memory hub uses the default).
+      --backlog-bytes N      The resume window in memory (default 67108864): it holds at least
+                             the last 10000 actions, and more while they fit in N bytes. A
+                             replica that comes back with hello "resume" inside it is sent
+                             only what it missed; further behind, a full welcome.
+      --checkpoint-every N   After every action whose seq is a multiple of N (default 10000),
+                             send every replica a checkpoint with the state's digest; a
+                             replica that differs re-hydrates by itself. Costs one digest of
+                             the whole state per N actions. 0 sends none.
+      --idle-timeout SECONDS A connection that has not attached and sends no complete frame
+                             (hello, status, sync) for this long, or that holds half a frame
+                             this long, gets error timeout and is closed (default 10).
+                             Attached replicas that only listen are never timed out.
       --check-data DIR       Verify every snapshot and journal record in DIR offline, replay it,
                              print a summary (seqs, sizes, digest) and exit (0: usable, 1: not).
       --repair               With --check-data: truncate a torn tail (an incomplete or damaged
@@ -110,6 +131,10 @@ var maxQueueBytes = 64 << 20
 var dataDirectory: String?
 var fsyncMode: FsyncMode?
 var snapshotEvery: Int?
+var dedupWindow: Int?
+var backlogBytes: Int?
+var checkpointEvery: Int?
+var idleTimeout: Duration?
 var checkData: String?
 var repair = false
 var arguments = ArgumentCursor(CommandLine.arguments)
@@ -151,6 +176,18 @@ while let argument = arguments.next() {
         }
         fsyncMode = mode
     case "--snapshot-every": snapshotEvery = positiveInt(for: argument, &arguments)
+    case "--dedup-window": dedupWindow = positiveInt(for: argument, &arguments)
+    case "--backlog-bytes": backlogBytes = positiveInt(for: argument, &arguments)
+    case "--checkpoint-every":
+        let text = value(for: argument, &arguments)
+        guard let number = Int(text), number >= 0 else { fail("--checkpoint-every needs a whole number (0: no checkpoints), got \"\(text)\"", status: 2) }
+        checkpointEvery = number
+    case "--idle-timeout":
+        let text = value(for: argument, &arguments)
+        guard let seconds = Double(text), seconds > 0, seconds <= 86_400 else {
+            fail("--idle-timeout needs a number of seconds above 0 and at most 86400, got \"\(text)\"", status: 2)
+        }
+        idleTimeout = .milliseconds(Int(seconds * 1000))
     case "--check-data": checkData = value(for: argument, &arguments)
     case "--repair": repair = true
     default:
@@ -161,6 +198,7 @@ while let argument = arguments.next() {
 if dataDirectory == nil {
     if fsyncMode != nil { fail("--fsync needs --data-dir (an in-memory hub has no journal)", status: 2) }
     if snapshotEvery != nil { fail("--snapshot-every needs --data-dir (an in-memory hub has no snapshots)", status: 2) }
+    if dedupWindow != nil { fail("--dedup-window needs --data-dir (an in-memory hub keeps the default window for its run)", status: 2) }
 }
 if repair && checkData == nil { fail("--repair needs --check-data DIR", status: 2) }
 
@@ -193,4 +231,8 @@ var configuration = HubConfiguration(
 configuration.dataDirectory = dataDirectory
 if let fsyncMode { configuration.fsync = fsyncMode }
 if let snapshotEvery { configuration.snapshotEvery = snapshotEvery }
+if let dedupWindow { configuration.dedupWindow = dedupWindow }
+if let backlogBytes { configuration.backlogBytes = backlogBytes }
+if let checkpointEvery { configuration.checkpointEvery = checkpointEvery }
+if let idleTimeout { configuration.idleTimeout = idleTimeout }
 serve(app, configuration: configuration)

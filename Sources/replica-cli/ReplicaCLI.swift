@@ -270,6 +270,7 @@ func linkLine(_ change: ConnectionChange) -> String? {
     case .reconnecting: nil
     case .resumed(let seq): "link back: resumed at seq \(seq)"
     case .rehydrated(let seq): "link back: re-hydrated at seq \(seq) (state replaced by the hub's)"
+    case .diverged(let seq, let reason): "diverged from the hub at seq \(seq) (\(reason)); re-hydrating"
     }
 }
 
@@ -280,5 +281,6 @@ func linkJSON(_ change: ConnectionChange) -> JSON? {
     case .reconnecting: nil
     case .resumed(let seq): ["type": "link", "state": "resumed", "seq": JSON(seq)]
     case .rehydrated(let seq): ["type": "link", "state": "rehydrated", "seq": JSON(seq)]
+    case .diverged(let seq, let reason): ["type": "link", "state": "diverged", "seq": JSON(seq), "reason": .string(reason)]
     }
 }

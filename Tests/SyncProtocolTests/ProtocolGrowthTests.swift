@@ -5,8 +5,30 @@ import Testing
 struct ProtocolGrowthTests {
     @Test("a hub message type this library does not know decodes as .unknown, never as an error")
     func unknownHubType() throws {
-        let json = try JSON(parsing: #"{"type":"checkpoint","seq":10,"digest":"0123456789abcdef","extra":[1]}"#)
-        #expect(try HubMessage(json: json) == .unknown(type: "checkpoint"))
+        let json = try JSON(parsing: #"{"type":"compacted","seq":10,"digest":"0123456789abcdef","extra":[1]}"#)
+        #expect(try HubMessage(json: json) == .unknown(type: "compacted"))
+    }
+
+    @Test("checkpoint and duplicate decode, ignoring members they do not use, and round-trip")
+    func checkpointAndDuplicate() throws {
+        let checkpoint = try JSON(parsing: #"{"type":"checkpoint","seq":10,"digest":"0123456789abcdef","extra":[1]}"#)
+        #expect(try HubMessage(json: checkpoint) == .checkpoint(seq: 10, digest: "0123456789abcdef"))
+        let duplicate = try JSON(parsing: #"{"type":"duplicate","id":1.0,"seq":3}"#)
+        #expect(try HubMessage(json: duplicate) == .duplicate(id: .number(1), seq: 3))
+        for message in [HubMessage.checkpoint(seq: 2, digest: "00"), .duplicate(id: .string("é"), seq: 9)] {
+            #expect(try HubMessage(json: message.json) == message)
+        }
+        #expect(throws: WireError.self) { try HubMessage(json: try JSON(parsing: #"{"type":"duplicate","seq":3}"#)) }
+        let hello = try JSON(parsing: #"{"type":"hello","protocol":1,"app":"json","session":"s","resume":{"history":"h","seq":4}}"#)
+        #expect(try ClientMessage(json: hello) == .hello(protocolVersion: 1, app: "json", fingerprint: nil, name: nil,
+                                                        resume: ResumePoint(history: "h", seq: 4), session: "s"))
+    }
+
+    @Test("dispatch ids compare as JSON values: strings by scalars, 1 and 1.0 alike, 1 and \"1\" apart")
+    func dispatchIDEquality() throws {
+        #expect(DispatchID.string("\u{E9}") != DispatchID.string("e\u{301}"))
+        #expect(Set([DispatchID.string("\u{E9}"), .string("e\u{301}"), .number(1), .string("1")]).count == 4)
+        #expect(DispatchID(json: try JSON(parsing: "1.0")) == .number(1))
     }
 
     @Test("members a message does not use are ignored, in both directions")

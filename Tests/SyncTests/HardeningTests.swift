@@ -63,7 +63,7 @@ extension MultiProcessTests {
             ]
             let script: [JSON] = [
                 welcome,
-                ["type": "checkpoint", "seq": 0, "digest": "ffffffffffffffff"],
+                ["type": "checkpoint", "seq": 0, "digest": .string(app.digest(of: app.initialState)), "extra": true],
                 ["type": "action", "seq": 1, "origin": 3, "id": 1, "action": ["type": "increment"], "session": "s"],
                 ["type": "teleport"],
                 ["type": "action", "seq": 2, "origin": 3, "id": 2, "action": ["type": "increment"]],

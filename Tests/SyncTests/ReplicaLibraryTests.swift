@@ -13,9 +13,12 @@ final class InProcessHub<App: SyncApp>: Sendable {
     let fixture: Fixture
     private let done = Atomic<Bool>(false)
 
-    init(_ app: App, maxFrameBytes: Int = Frame.defaultMaxPayloadBytes) throws {
+    init(_ app: App, maxFrameBytes: Int = Frame.defaultMaxPayloadBytes,
+         configure: (inout HubConfiguration) -> Void = { _ in }) throws {
         fixture = try Fixture()
-        hub = try Hub(app: app, configuration: HubConfiguration(socketPath: fixture.socket, maxFrameBytes: maxFrameBytes))
+        var configuration = HubConfiguration(socketPath: fixture.socket, maxFrameBytes: maxFrameBytes)
+        configure(&configuration)
+        hub = try Hub(app: app, configuration: configuration)
         let hub = self.hub
         Thread.detachNewThread { [self] in
             try? hub.run()

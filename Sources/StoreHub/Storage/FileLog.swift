@@ -208,7 +208,8 @@ final class FileLog: SequenceLog {
             guard Digest.of(state) == digest else {
                 return .failure(StorageError("\(path): the state's digest is \(Digest.of(state)), the snapshot says \(digest)"))
             }
-            return .success(StoredSnapshot(seq: UInt64(seq), digest: digest, state: state, nextReplica: next))
+            return .success(StoredSnapshot(seq: UInt64(seq), digest: digest, state: state, nextReplica: next,
+                                           sessions: json["sessions"]))
         }
     }
 
@@ -366,7 +367,7 @@ final class FileLog: SequenceLog {
 
     func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {
         let body: JSON = ["seq": JSON(snapshot.seq), "digest": .string(snapshot.digest), "state": snapshot.state,
-                          "next_replica": JSON(snapshot.nextReplica)]
+                          "next_replica": JSON(snapshot.nextReplica), "sessions": snapshot.sessions ?? [:]]
         let bytes = body.canonicalBytes
         var file = Array("SSS1".utf8)
         JournalRecord.appendUInt32(UInt32(truncatingIfNeeded: bytes.count), to: &file)

@@ -4,7 +4,8 @@ import SyncCore
 ///
 /// On disk a record is `"SSJR"`, a 4-byte big-endian body length N, a 4-byte big-endian
 /// CRC-32C of the length bytes and the body, then N body bytes: the canonical JSON
-/// `{"action":…,"id":…,"origin":…,"seq":…}` (with `"session"` when the dispatch named one).
+/// `{"action":…,"id":…,"origin":…,"seq":…}` (with `"session"` when the dispatch named one,
+/// and `"checkpoint"`, the state's digest after the action, when a checkpoint followed it).
 struct JournalRecord: Sendable, Equatable {
     /// The sequence number.
     var seq: UInt64
@@ -16,6 +17,8 @@ struct JournalRecord: Sendable, Equatable {
     var session: String?
     /// The action's JSON, as sequenced.
     var action: JSON
+    /// The state's digest right after this action, when a checkpoint followed it.
+    var checkpoint: String? = nil
 
     /// The record's magic bytes, which also let a scan find the next record after damage.
     static let magic: [UInt8] = Array("SSJR".utf8)
@@ -26,6 +29,7 @@ struct JournalRecord: Sendable, Equatable {
     var json: JSON {
         var members: [JSONKey: JSON] = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]
         if let session { members["session"] = .string(session) }
+        if let checkpoint { members["checkpoint"] = .string(checkpoint) }
         return .object(members)
     }
 
@@ -109,7 +113,9 @@ struct JournalRecord: Sendable, Equatable {
             return .failure(.badBody("missing seq, origin, id or action"))
         }
         let session = json["session"]?.stringValue
-        return .success((JournalRecord(seq: UInt64(seq), origin: origin, id: id, session: session, action: action),
+        let checkpoint = json["checkpoint"]?.stringValue
+        return .success((JournalRecord(seq: UInt64(seq), origin: origin, id: id, session: session, action: action,
+                                       checkpoint: checkpoint),
                          offset + headerSize + length))
     }
 

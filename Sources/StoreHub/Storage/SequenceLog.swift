@@ -39,6 +39,9 @@ struct StoredSnapshot: Sendable, Equatable {
     var state: JSON
     /// The next replica id to hand out (ids are unique within a history).
     var nextReplica: Int
+    /// The session table (``SessionTable/json``) as of `seq`; `nil` in snapshots written
+    /// before sessions existed.
+    var sessions: JSON? = nil
 }
 
 /// Storage facts for `status` and the start-up line.

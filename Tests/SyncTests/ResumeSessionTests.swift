@@ -1,0 +1,311 @@
+import BuiltinApps
+import Foundation
+import StoreHub
+import StoreReplica
+import SyncCore
+import SyncPOSIX
+import Synchronization
+import Testing
+
+/// A raw `hello` for the json app, with optional resume and session.
+private func hello(resume: JSON? = nil, session: JSON? = nil) -> JSON {
+    var members: [JSONKey: JSON] = ["type": "hello", "protocol": 1, "app": "json"]
+    if let resume { members["resume"] = resume }
+    if let session { members["session"] = session }
+    return .object(members)
+}
+
+/// Dispatches `count` json-app sets from a raw attached client and reads their actions back.
+private func dispatchSets(_ client: RawClient, from first: Int, count: Int) throws {
+    for n in first..<(first + count) {
+        try client.send(["type": "dispatch", "id": JSON(n), "action": ["type": "set", "path": "/n", "value": JSON(n)]])
+    }
+    var seen = 0
+    while seen < count {
+        if try client.receive()["type"] == "action" { seen += 1 }
+    }
+}
+
+/// A reducer that is not deterministic across processes: each copy adds its own `salt`
+/// (as a reducer reading a clock, a random source or a global would).
+struct DriftApp: SyncApp {
+    typealias State = Int
+    typealias Action = Int
+    let salt: Int
+    static let name = "drift"
+    static let version = "1"
+    static let summary = "test app: adds n plus a per-copy salt"
+    static let commandHelp = "n"
+    var initialState: Int { 0 }
+    func reduce(into state: inout Int, action: Int) { state += action + salt }
+    func decodeAction(_ json: JSON) throws(AppCodingError) -> Int {
+        guard let n = json["n"]?.intValue else { throw AppCodingError("an action is {\"n\":integer}") }
+        return n
+    }
+    func encodeAction(_ action: Int) -> JSON { ["n": JSON(action)] }
+    func encodeState(_ state: Int) -> JSON { JSON(state) }
+    func decodeState(_ json: JSON) throws(AppCodingError) -> Int {
+        guard let n = json.intValue else { throw AppCodingError("the state is an integer") }
+        return n
+    }
+    func describe(_ failure: Never) -> String {}
+    func command(_ line: String) throws(AppCodingError) -> AppCommand<Int, Int> {
+        guard let n = Int(line) else { throw AppCodingError("type an integer") }
+        return .action(encodeAction(n))
+    }
+}
+
+extension MultiProcessTests {
+    @Suite("Resume, sessions, checkpoints and idle clients")
+    struct ResumeSessions {
+        @Test("resume inside the backlog replays exactly the missed actions; at the hub's seq nothing; otherwise a full welcome")
+        func resumeCases() async throws {
+            let hub = try InProcessHub(JSONApp())
+            defer { Task { try? await hub.stop() } }
+            let writer = try RawClient(path: hub.fixture.socket)
+            defer { writer.close() }
+            try writer.send(hello())
+            let first = try writer.receive()
+            #expect(first["resumed"] == false)
+            guard let history = first["history"]?.stringValue else { throw HarnessError("welcome without history: \(first)") }
+            #expect(history.utf8.count == 16)
+            try dispatchSets(writer, from: 1, count: 5)
+
+            // Within the backlog: a resumed welcome without state, then seqs 3, 4, 5.
+            let resumer = try RawClient(path: hub.fixture.socket)
+            defer { resumer.close() }
+            try resumer.send(hello(resume: ["history": .string(history), "seq": 2]))
+            let resumed = try resumer.receive()
+            #expect(resumed["type"] == "welcome")
+            #expect(resumed["resumed"] == true)
+            #expect(resumed["seq"] == 2)
+            #expect(resumed["state"] == nil && resumed["digest"] == nil, "\(resumed)")
+            #expect(resumed["history"] == .string(history))
+            for seq in 3...5 {
+                let action = try resumer.receive()
+                #expect(action["type"] == "action" && action["seq"] == JSON(seq), "\(action)")
+            }
+            try resumer.send(["type": "sync", "id": "s"])
+            #expect(try resumer.receive()["type"] == "synced", "nothing else was replayed")
+
+            // At the hub's seq: resumed, nothing replayed.
+            let current = try RawClient(path: hub.fixture.socket)
+            defer { current.close() }
+            try current.send(hello(resume: ["history": .string(history), "seq": 5]))
+            let atSeq = try current.receive()
+            #expect(atSeq["resumed"] == true && atSeq["seq"] == 5)
+            try current.send(["type": "sync"])
+            #expect(try current.receive()["type"] == "synced")
+
+            // Another history, or the future: a full welcome.
+            for resume: JSON in [["history": "0123456789abcdef", "seq": 2], ["history": .string(history), "seq": 9]] {
+                let client = try RawClient(path: hub.fixture.socket)
+                defer { client.close() }
+                try client.send(hello(resume: resume))
+                let full = try client.receive()
+                #expect(full["resumed"] == false && full["seq"] == 5 && full["state"] == ["n": 5], "\(full)")
+            }
+            // Malformed resume or session: bad-frame.
+            for bad in [hello(resume: ["seq": 1]), hello(resume: ["history": "h", "seq": -1]), hello(session: ""),
+                        hello(session: 7), hello(session: .string(String(repeating: "s", count: 129)))] {
+                let client = try RawClient(path: hub.fixture.socket)
+                defer { client.close() }
+                try client.send(bad)
+                let error = try client.receive()
+                #expect(error["type"] == "error" && error["error"]?["code"] == "bad-frame", "\(bad) → \(error)")
+            }
+        }
+
+        @Test("a resume further back than the backlog gets a full welcome")
+        func resumePastBacklog() async throws {
+            let hub = try InProcessHub(JSONApp()) { configuration in
+                configuration.retainedActions = 3
+                configuration.backlogBytes = 1
+            }
+            defer { Task { try? await hub.stop() } }
+            let writer = try RawClient(path: hub.fixture.socket)
+            defer { writer.close() }
+            try writer.send(hello())
+            let history = try writer.receive()["history"]?.stringValue ?? ""
+            try dispatchSets(writer, from: 1, count: 10)
+            let late = try RawClient(path: hub.fixture.socket)
+            defer { late.close() }
+            try late.send(hello(resume: ["history": .string(history), "seq": 2]))
+            let full = try late.receive()
+            #expect(full["resumed"] == false && full["seq"] == 10 && full["state"] == ["n": 10], "\(full)")
+            let near = try RawClient(path: hub.fixture.socket)
+            defer { near.close() }
+            try near.send(hello(resume: ["history": .string(history), "seq": 8]))
+            let resumed = try near.receive()
+            #expect(resumed["resumed"] == true, "the last 3 actions stay resumable: \(resumed)")
+        }
+
+        @Test("a session applies each dispatch id once: duplicate with the original seq, also across connections; a newer hello supersedes")
+        func sessionsAndDuplicates() async throws {
+            let hub = try InProcessHub(JSONApp())
+            defer { Task { try? await hub.stop() } }
+            let first = try RawClient(path: hub.fixture.socket)
+            defer { first.close() }
+            try first.send(hello(session: "s-1"))
+            #expect(try first.receive()["type"] == "welcome")
+            try first.send(["type": "dispatch", "id": 1, "action": ["type": "set", "path": "/a", "value": 1]])
+            #expect(try first.receive()["seq"] == 1)
+            // The same id again, even with another action: duplicate, not applied.
+            try first.send(["type": "dispatch", "id": 1, "action": ["type": "set", "path": "/a", "value": 99]])
+            #expect(try first.receive() == ["type": "duplicate", "id": 1, "seq": 1])
+            // 1.0 is the same id; "1" is another.
+            try first.send(["type": "dispatch", "id": .number(1.0), "action": ["type": "set", "path": "/a", "value": 98]])
+            #expect(try first.receive() == ["type": "duplicate", "id": 1, "seq": 1])
+
+            // The same session on a new connection takes it over; the old one is told why.
+            let second = try RawClient(path: hub.fixture.socket)
+            defer { second.close() }
+            try second.send(hello(session: "s-1"))
+            #expect(try second.receive()["type"] == "welcome")
+            let superseded = try first.receive()
+            #expect(superseded["type"] == "error" && superseded["error"]?["code"] == "superseded", "\(superseded)")
+            #expect(try first.receiveOrEOF() == nil)
+            try second.send(["type": "dispatch", "id": 1, "action": ["type": "set", "path": "/a", "value": 97]])
+            #expect(try second.receive() == ["type": "duplicate", "id": 1, "seq": 1])
+            try second.send(["type": "dispatch", "id": "1", "action": ["type": "set", "path": "/b", "value": 2]])
+            #expect(try second.receive()["seq"] == 2)
+            // A rejected dispatch is judged again when re-sent.
+            try second.send(["type": "dispatch", "id": 3, "action": ["type": "nope"]])
+            #expect(try second.receive()["type"] == "reject")
+            try second.send(["type": "dispatch", "id": 3, "action": ["type": "set", "path": "/c", "value": 3]])
+            #expect(try second.receive()["seq"] == 3)
+            // Without a session there is no de-duplication.
+            let plain = try RawClient(path: hub.fixture.socket)
+            defer { plain.close() }
+            try plain.send(hello())
+            #expect(try plain.receive()["type"] == "welcome")
+            try plain.send(["type": "dispatch", "id": 1, "action": ["type": "set", "path": "/d", "value": 4]])
+            #expect(try plain.receive()["seq"] == 4)
+            try second.send(["type": "status"])
+            var status = try second.receive()
+            while status["type"] != "status" { status = try second.receive() }
+            #expect(status["seq"] == 4)
+        }
+
+        @Test("a checkpoint with the hub's digest follows every Nth action, also in a resume's replay")
+        func checkpoints() async throws {
+            let hub = try InProcessHub(JSONApp()) { $0.checkpointEvery = 2 }
+            defer { Task { try? await hub.stop() } }
+            let client = try RawClient(path: hub.fixture.socket)
+            defer { client.close() }
+            try client.send(hello())
+            let history = try client.receive()["history"] ?? .null
+            var digests: [Int: String] = [:]
+            for n in 1...4 {
+                try client.send(["type": "dispatch", "id": JSON(n), "action": ["type": "set", "path": "/n", "value": JSON(n)]])
+                #expect(try client.receive()["seq"] == JSON(n))
+                if n % 2 == 0 {
+                    let checkpoint = try client.receive()
+                    #expect(checkpoint["type"] == "checkpoint" && checkpoint["seq"] == JSON(n), "\(checkpoint)")
+                    digests[n] = checkpoint["digest"]?.stringValue
+                }
+            }
+            #expect(digests[4] == Digest.of(["n": 4]))
+            let resumer = try RawClient(path: hub.fixture.socket)
+            defer { resumer.close() }
+            try resumer.send(hello(resume: ["history": history, "seq": 1]))
+            #expect(try resumer.receive()["resumed"] == true)
+            // Seqs 2 (checkpoint), 3, 4 (checkpoint).
+            let replay = try (0..<5).map { _ in try resumer.receive() }
+            #expect(replay.map { $0["type"] } == ["action", "checkpoint", "action", "action", "checkpoint"])
+            #expect(replay[4]["digest"] == .string(digests[4] ?? ""))
+            #expect(replay[1]["digest"] == .string(digests[2] ?? ""))
+        }
+
+        @Test("a replica whose reducer drifts is caught by a checkpoint and heals by re-hydrating")
+        func divergenceHealed() async throws {
+            let hub = try InProcessHub(DriftApp(salt: 0)) { $0.checkpointEvery = 2 }
+            defer { Task { try? await hub.stop() } }
+            let replica = try Replica.attach(app: DriftApp(salt: 1), socketPath: hub.fixture.socket, startReading: false,
+                                             reconnect: ReconnectPolicy(initialDelay: .milliseconds(5)))
+            defer { replica.close() }
+            let changes = Mutex<[ConnectionChange]>([])
+            let token = replica.observeEvents { event in
+                if case .connection(let change) = event { changes.withLock { $0.append(change) } }
+            }
+            defer { token.cancel() }
+            replica.startReading()
+            try await replica.dispatch(10)
+            try await replica.dispatch(20)   // seq 2: checkpoint; here 32, at the hub 30
+            try await waitUntil("the replica to re-hydrate") {
+                changes.withLock { $0.contains { if case .rehydrated = $0 { true } else { false } } }
+            }
+            #expect(replica.divergences == 1)
+            #expect(replica.store.state == 30, "the hub's state replaced the drifted one")
+            let seen = changes.withLock { $0 }
+            guard case .diverged(let seq, let reason)? = seen.first else {
+                Issue.record("the first change is the divergence: \(seen)")
+                return
+            }
+            #expect(seq == 2)
+            #expect(reason.contains("checkpoint"))
+        }
+
+        @Test("idle clients: nothing, half a frame, or no hello are closed with timeout; a listening replica is not")
+        func idleClients() async throws {
+            let hub = try InProcessHub(JSONApp()) { $0.idleTimeout = .milliseconds(300) }
+            defer { Task { try? await hub.stop() } }
+            let replica = try hub.attach()
+            defer { replica.close() }
+            let silent = try RawClient(path: hub.fixture.socket)
+            defer { silent.close() }
+            let half = try RawClient(path: hub.fixture.socket)
+            defer { half.close() }
+            try half.sendBytes([0, 0, 0, 40, UInt8(ascii: "{")])
+            for client in [silent, half] {
+                let error = try client.receive()
+                #expect(error["type"] == "error" && error["error"]?["code"] == "timeout", "\(error)")
+                #expect(try client.receiveOrEOF() == nil)
+            }
+            #expect(replica.isConnected)
+            #expect(try await replica.dispatch(.set(try JSONPointer("/ok"), 1)) == 1)
+            let status = try await replica.status()
+            #expect(status.replicas.first?.lag == 0)
+            #expect(status.replicas.first?.queuedBytes == 0)
+        }
+
+        @Test("a replica rides a hub restart: queued dispatches are applied once, watch-style events see every seq once")
+        func replicaRidesRestart() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let data = fixture.directory + "/data"
+            var hub = try await fixture.startHub(extra: ["--data-dir", data])
+            let replica = try Replica.attach(app: JSONApp(), socketPath: fixture.socket, startReading: false,
+                                             reconnect: ReconnectPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100)))
+            defer { replica.close() }
+            let seqs = Mutex<[UInt64]>([])
+            let changes = Mutex<[ConnectionChange]>([])
+            let token = replica.observeEvents { event in
+                switch event {
+                case .action(let seq, _, _, _, _): seqs.withLock { $0.append(seq) }
+                case .connection(let change): changes.withLock { $0.append(change) }
+                default: break
+                }
+            }
+            defer { token.cancel() }
+            replica.startReading()
+            for n in 1...3 { #expect(try await replica.dispatch(.set(try JSONPointer("/n"), JSON(n))) == UInt64(n)) }
+            hub.signal(SIGKILL)
+            _ = try await hub.waitForExit()
+            try await waitUntil("the replica to notice") { !replica.isConnected }
+            // Dispatched while the hub is down: queued, sent on the same session once it is back.
+            let queued = Task { try await replica.dispatch(.set(try JSONPointer("/queued"), 1)) }
+            hub = try await fixture.startHub(extra: ["--data-dir", data])
+            #expect(try await queued.value == 4)
+            #expect(try await replica.dispatch(.set(try JSONPointer("/n"), 5)) == 5)
+            try await replica.sync()
+            #expect(seqs.withLock { $0 } == [1, 2, 3, 4, 5], "every seq once, in order")
+            #expect(replica.store.state == ["n": 5, "queued": 1])
+            let seen = changes.withLock { $0 }
+            #expect(seen.contains(.resumed(seq: 3)), "\(seen)")
+            #expect(try HubStatusProbe.status(fixture.socket).digest == JSONApp().digest(of: replica.store.state))
+            hub.signal(SIGTERM)
+            _ = try await hub.waitForExit()
+        }
+    }
+}
