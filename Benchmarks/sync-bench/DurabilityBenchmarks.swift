@@ -17,6 +17,9 @@ final class RawBenchClient {
     private var buffer = [UInt8](repeating: 0, count: 1 << 20)
     /// The welcome, as JSON.
     private(set) var welcome: JSON = .null
+    /// `action` frames read along with the welcome, not yet counted by ``readActions(_:)``.
+    private var early = 0
+    private static let actionPrefix = Array(#"{"type":"action""#.utf8)
 
     init(socket: String, resume: JSON? = nil) throws {
         fd = try UnixSocket.connect(to: socket)
@@ -25,7 +28,11 @@ final class RawBenchClient {
         try UnixSocket.writeAll(fd, Frame.encode(JSON.object(hello)))
         while welcome == .null {
             try readSome { frame in
-                if let json = try? JSON(parsing: frame), json["type"] == "welcome" { welcome = json }
+                if frame.starts(with: Self.actionPrefix) {
+                    early += 1
+                } else if let json = try? JSON(parsing: frame), json["type"] == "welcome" {
+                    welcome = json
+                }
             }
         }
     }
@@ -42,17 +49,18 @@ final class RawBenchClient {
 
     /// Counts `action` frames until `count` have arrived.
     func readActions(_ count: Int) throws {
-        let prefix = Array(#"{"type":"action""#.utf8)
-        var seen = 0
+        var seen = early
+        early = 0
         while seen < count {
-            try readSome { frame in if frame.starts(with: prefix) { seen += 1 } }
+            try readSome { frame in if frame.starts(with: Self.actionPrefix) { seen += 1 } }
         }
     }
 
     /// Dispatches `count` sets of `/n`, pipelined (at most `window` outstanding), and waits for all.
     func dispatchPipelined(_ count: Int, window: Int = 4_096) throws {
-        let prefix = Array(#"{"type":"action""#.utf8)
-        var sent = 0, seen = 0
+        let prefix = Self.actionPrefix
+        var sent = 0, seen = early
+        early = 0
         while seen < count {
             if sent < count, sent - seen < window {
                 var chunk: [UInt8] = []

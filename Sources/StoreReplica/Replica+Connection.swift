@@ -156,7 +156,7 @@ extension Replica {
         let old = link.replace(with: Self.upstream(for: connection, welcome: welcome))
         old.closeDescriptor(reason: "replaced by a new connection")
         currentReplica.store(welcome.replica, ordering: .releasing)
-        let (observers, resend) = shared.withLock { shared -> ([Observer], [(DispatchID, JSON)]) in
+        shared.withLock { shared in
             shared.hubID = welcome.hub
             if let history = welcome.history, history != shared.history {
                 // Another history: replica ids of the old one say nothing about this one.
@@ -164,16 +164,29 @@ extension Replica {
                 shared.ownReplicas = []
             }
             shared.ownReplicas.insert(welcome.replica)
-            shared.linkState = .connected
-            let resend = shared.pending.sorted { $0.value.order < $1.value.order }.map { ($0.key, $0.value.json) }
-            return (shared.observers, resend)
         }
-        notify(observers, .connection(change))
         // Same ids, same session: what the hub already sequenced is answered `duplicate`.
+        // Until every pending dispatch is re-sent, new ones queue behind them (the link
+        // still counts as reconnecting), so each replica's dispatches keep their order.
         let upstream = link.current
-        for (id, json) in resend {
-            if case .tooLarge(let error) = upstream.send(.dispatch(id: id, action: json)) {
-                failPending(id, .rejected(error))
+        var sentThrough = -1
+        while true {
+            let (next, observers) = shared.withLock { shared -> ([(Int, DispatchID, JSON)], [Observer]) in
+                let next = shared.pending.filter { $0.value.order > sentThrough }
+                    .sorted { $0.value.order < $1.value.order }
+                    .map { ($0.value.order, $0.key, $0.value.json) }
+                if next.isEmpty { shared.linkState = .connected }
+                return (next, shared.observers)
+            }
+            if next.isEmpty {
+                notify(observers, .connection(change))
+                break
+            }
+            for (order, id, json) in next {
+                sentThrough = order
+                if case .tooLarge(let error) = upstream.send(.dispatch(id: id, action: json)) {
+                    failPending(id, .rejected(error))
+                }
             }
         }
         return connection.decoder

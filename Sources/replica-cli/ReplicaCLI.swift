@@ -59,7 +59,9 @@ let usage = """
                              seq N", nothing missed, or "link back: re-hydrated at seq N", the
                              state replaced by the hub's); watch prints every seq exactly once.
                              watch writes these lines to stderr; attach to stdout (with --json
-                             as {"type":"link","state":"dropped"|"resumed"|"rehydrated",…}).
+                             as {"type":"link","state":"dropped"|"resumed"|"rehydrated"|
+                             "diverged",…}). dispatch always retries a dropped link (up to 10
+                             attempts) on its session: an action is applied once, never twice.
       --pointer P            With state: print only the value at JSON Pointer P.
       -h, --help             Print this help and exit.
 
@@ -187,8 +189,13 @@ struct ReplicaCLI {
         // Observers go in before reading starts, so no sequenced action is missed.
         // attach and watch ride through hub restarts; one-shot commands do not reconnect.
         let rides = (command == "watch" || command == "attach") && !options.noReconnect
+        // dispatch: a dropped link is retried a few times on the same session, so the action
+        // is applied once (the hub answers a re-sent one `duplicate`) or the command fails.
+        let policy: ReconnectPolicy = rides ? .automatic
+            : command == "dispatch" ? ReconnectPolicy(initialDelay: .milliseconds(50), maxDelay: .seconds(1), maxAttempts: 10)
+            : .never
         let replica = try Replica.attach(app: app, over: connection, name: options.name, startReading: false,
-                                         reconnect: rides ? .automatic : .never)
+                                         reconnect: policy)
         defer { replica.close() }
         switch command {
         case "state":

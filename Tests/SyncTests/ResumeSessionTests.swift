@@ -269,6 +269,80 @@ extension MultiProcessTests {
             #expect(status.replicas.first?.queuedBytes == 0)
         }
 
+        @Test("crash loop with replicas that come back by themselves: kill -9 twenty times, every dispatch applied exactly once, in order",
+              arguments: ["always", "batch"])
+        func replicasRideCrashLoop(mode: String) async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let data = fixture.directory + "/data"
+            let seed = UInt64.random(in: 0...UInt64.max)
+            var random = SplitMix64(seed: seed)
+            var hub = try await fixture.startHub(extra: ["--data-dir", data, "--fsync", mode])
+            let policy = ReconnectPolicy(initialDelay: .milliseconds(5), maxDelay: .milliseconds(100))
+            let replicas = try (0..<3).map { k in
+                try Replica.attach(app: JSONApp(), socketPath: fixture.socket, name: "r\(k)", reconnect: policy,
+                                   onDispatchFailure: { error, json in Issue.record("seed \(seed): \(error) for \(json)") })
+            }
+            defer { for replica in replicas { replica.close() } }
+            let perRound = 10, rounds = 20
+            for round in 0..<rounds {
+                // Fire-and-forget, in order: many outstanding when the hub dies.
+                for (k, replica) in replicas.enumerated() {
+                    for n in (round * perRound + 1)...((round + 1) * perRound) {
+                        try replica.send(json: ["type": "append", "path": .string("/r\(k)"), "value": JSON(n)])
+                    }
+                }
+                // A random moment: anywhere from before the first ack to after the last.
+                try await Task.sleep(for: .microseconds(Int(random.next() % 20_000)))
+                hub.signal(SIGKILL)
+                _ = try await hub.waitForExit()
+                hub = try await fixture.startHub(extra: ["--data-dir", data, "--fsync", mode])
+            }
+            let total = perRound * rounds
+            let expected = JSON.array((1...total).map { JSON($0) })
+            try await waitUntil("seed \(seed): every replica to hold every dispatch", timeout: .seconds(60)) {
+                replicas.allSatisfy { replica in (0..<3).allSatisfy { replica.store.state["r\($0)"] == expected } }
+            }
+            let status = try HubStatusProbe.status(fixture.socket)
+            #expect(status.seq == UInt64(3 * total), "seed \(seed): seq \(status.seq); each dispatch applied exactly once")
+            for replica in replicas {
+                #expect(JSONApp().digest(of: replica.store.state) == status.digest, "seed \(seed)")
+                #expect(replica.seq == status.seq)
+            }
+            hub.signal(SIGTERM)
+            #expect(try await hub.waitForExit() == 0)
+        }
+
+        @Test("replica-cli watch and attach ride through kill -9 of the hub: one line down, one line back, every seq once")
+        func cliRidesRestart() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let data = fixture.directory + "/data"
+            var hub = try await fixture.startHub(extra: ["--data-dir", data])
+            let watcher = try fixture.cli(["watch"])
+            let attached = try fixture.cli(["attach"])
+            try await waitUntil("both to attach") { try HubStatusProbe.status(fixture.socket).replicas.count == 2 }
+            #expect(try await fixture.runCLI(["dispatch", "set /a 1", "set /b 2"]).out == ["1", "2"])
+            _ = try await watcher.waitForLine("seq 2") { $0.contains(#""seq":2"#) }
+            hub.signal(SIGKILL)
+            _ = try await hub.waitForExit()
+            try await waitUntil("watch to report the drop") {
+                watcher.errorLines.contains { $0.contains("link to the hub dropped") }
+            }
+            hub = try await fixture.startHub(extra: ["--data-dir", data])
+            try await waitUntil("both to come back") { try HubStatusProbe.status(fixture.socket).replicas.count == 2 }
+            #expect(try await fixture.runCLI(["dispatch", "set /c 3"]).out == ["3"])
+            _ = try await watcher.waitForLine("seq 3") { $0.contains(#""seq":3"#) }
+            let seqs = watcher.lines.compactMap { line in (try? JSON(parsing: line))?["seq"]?.intValue }
+            #expect(seqs == [1, 2, 3], "watch prints every seq exactly once: \(watcher.lines)")
+            #expect(watcher.errorLines.filter { $0.contains("link to the hub dropped") }.count == 1, "\(watcher.errorLines)")
+            #expect(watcher.errorLines.contains { $0.contains("link back: resumed at seq 2") }, "\(watcher.errorLines)")
+            _ = try await attached.waitForLine("attach's link back line") { $0.contains("link back: resumed at seq 2") }
+            #expect(watcher.isRunning && attached.isRunning)
+            hub.signal(SIGTERM)
+            _ = try await hub.waitForExit()
+        }
+
         @Test("a replica rides a hub restart: queued dispatches are applied once, watch-style events see every seq once")
         func replicaRidesRestart() async throws {
             let fixture = try Fixture()
