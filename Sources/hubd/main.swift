@@ -40,9 +40,10 @@ let usage = """
                              batch   (default) group commit: the actions of one event-loop pass
                                      share one fsync before any is broadcast or acknowledged:
                                      the same promise as always, far fewer fsyncs.
-                             never   written to the OS before broadcast, never fsynced: a hub
-                                     crash loses nothing, a power loss or kernel crash can lose
-                                     the last seconds; recovery yields a consistent prefix.
+                             never   written to the OS before broadcast, fsynced only when a
+                                     64 MiB segment fills: a hub crash loses nothing, a power
+                                     loss or kernel crash can lose the last seconds; recovery
+                                     yields a consistent prefix.
       --snapshot-every N     Write a snapshot every N actions (default 100000; also at a clean
                              shutdown); older journal segments are then deleted, keeping at
                              least the last 10000 actions. Needs --data-dir.

@@ -214,10 +214,15 @@ extension MultiProcessTests {
             #expect(try await counter.waitForExit() == 1)
             #expect(counter.errorLines.contains { $0.contains("app-mismatch") && $0.contains("json@1") && $0.contains("counter@1") },
                     "\(counter.errorLines)")
-            for flags in [["--fsync", "always"], ["--snapshot-every", "10"]] {
+            for flags in [["--fsync", "always"], ["--snapshot-every", "10"], ["--dedup-window", "5"]] {
                 let usage = try fixture.spawn("hubd", ["--socket", fixture.socket] + flags)
                 #expect(try await usage.waitForExit() == 2)
                 #expect(usage.errorLines.contains { $0.contains("needs --data-dir") })
+            }
+            for flags in [["--checkpoint-every", "-1"], ["--idle-timeout", "0"], ["--backlog-bytes", "x"]] {
+                let usage = try fixture.spawn("hubd", ["--socket", fixture.socket] + flags)
+                #expect(try await usage.waitForExit() == 2)
+                #expect(usage.errorLines.contains { $0.contains(flags[0]) }, "\(usage.errorLines)")
             }
         }
 

@@ -264,6 +264,15 @@ extension MultiProcessTests {
             }
             #expect(replica.isConnected)
             #expect(try await replica.dispatch(.set(try JSONPointer("/ok"), 1)) == 1)
+            // A thousand silent connections: the hub stays responsive, and closes them all.
+            let crowd = try (0..<1_000).map { _ in try RawClient(path: hub.fixture.socket) }
+            defer { for client in crowd { client.close() } }
+            #expect(try await replica.dispatch(.set(try JSONPointer("/crowd"), 1)) == 2)
+            for client in crowd {
+                var message = try client.receiveOrEOF()
+                if message?["type"] == "error" { message = try client.receiveOrEOF() }
+                #expect(message == nil)
+            }
             let status = try await replica.status()
             #expect(status.replicas.first?.lag == 0)
             #expect(status.replicas.first?.queuedBytes == 0)

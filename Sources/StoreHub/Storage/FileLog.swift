@@ -338,7 +338,13 @@ final class FileLog: SequenceLog {
             }
             appendSize += pending.count
             pending.removeAll(keepingCapacity: pending.capacity <= 1 << 20)
-            if appendSize >= segmentBytes { closeSegment() }
+            if appendSize >= segmentBytes {
+                // Even under `never`, a segment is fsynced once when it is full: only the
+                // newest segment can then lose a tail in a power loss, so recovery always
+                // finds a consistent prefix (a hole in an older segment would refuse to start).
+                if mode == .never { try FileSystem.sync(appendFD, path: appendPath) }
+                closeSegment()
+            }
         } catch {
             // Nothing uncommitted may survive: cut the segment back to its last good size.
             pending.removeAll()
