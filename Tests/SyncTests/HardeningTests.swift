@@ -85,7 +85,11 @@ extension MultiProcessTests {
             }
             let replica = try Replica.attach(app: app, socketPath: fixture.socket)
             defer { replica.close() }
-            try await waitUntil("the replica to apply both actions (seq \(replica.seq))") { replica.seq == 2 || !replica.isConnected }
+            // The fake hub marks the script played after its write returns, which can be after
+            // the replica applied it: wait for both.
+            try await waitUntil("the replica to apply both actions (seq \(replica.seq))") {
+                (replica.seq == 2 || !replica.isConnected) && served.load(ordering: .acquiring)
+            }
             let ended = replica.isConnected ? nil : await replica.waitUntilDisconnected()
             #expect(ended == nil, "the replica stopped: \(ended?.description ?? "")")
             #expect(replica.store.state.count == 2)

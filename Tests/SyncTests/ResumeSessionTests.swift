@@ -1,4 +1,5 @@
 import BuiltinApps
+import Dispatch
 import Foundation
 import StoreHub
 import StoreReplica
@@ -350,6 +351,47 @@ extension MultiProcessTests {
             #expect(watcher.isRunning && attached.isRunning)
             hub.signal(SIGTERM)
             _ = try await hub.waitForExit()
+        }
+
+        @Test("a replica dropped as a slow consumer comes back by itself and resumes; nothing missed, nothing twice")
+        func slowConsumerResumes() async throws {
+            let hub = try InProcessHub(JSONApp()) { $0.maxQueuedBytesPerReplica = 64 << 10 }
+            defer { Task { try? await hub.stop() } }
+            let slow = try Replica.attach(app: JSONApp(), socketPath: hub.fixture.socket, startReading: false,
+                                          reconnect: ReconnectPolicy(initialDelay: .milliseconds(5), maxDelay: .milliseconds(50)))
+            defer { slow.close() }
+            let gate = DispatchSemaphore(value: 0)
+            let seqs = Mutex<[UInt64]>([])
+            let changes = Mutex<[ConnectionChange]>([])
+            let token = slow.observeEvents { event in
+                switch event {
+                case .action(let seq, _, _, _, _):
+                    // The first action blocks the reader: the replica stops reading.
+                    if seqs.withLock({ $0.isEmpty }) { gate.wait() }
+                    seqs.withLock { $0.append(seq) }
+                case .connection(let change):
+                    changes.withLock { $0.append(change) }
+                default:
+                    break
+                }
+            }
+            defer { token.cancel() }
+            slow.startReading()
+            // A fast replica that reads all along writes ~2 MB: past the socket buffers and the 64 KiB queue.
+            let fast = try hub.attach()
+            defer { fast.close() }
+            for n in 1...20_000 { try fast.send(json: ["type": "set", "path": "/n", "value": JSON(n)]) }
+            try await waitUntil("the fast replica to apply everything") { fast.seq == 20_000 }
+            try await waitUntil("the hub to drop the slow replica") {
+                try HubConnection.status(at: hub.fixture.socket).replicas.count == 1
+            }
+            gate.signal()
+            try await waitUntil("the slow replica to catch up (seq \(slow.seq))") { slow.seq == 20_000 && slow.isConnected }
+            #expect(seqs.withLock { $0 } == Array(1...20_000), "every seq once, in order")
+            #expect(slow.store.state == ["n": 20_000])
+            let seen = changes.withLock { $0 }
+            #expect(seen.contains { if case .dropped(let reason) = $0 { reason.contains("slow-consumer") } else { false } }, "\(seen)")
+            #expect(seen.contains { if case .resumed = $0 { true } else { false } }, "\(seen)")
         }
 
         @Test("a replica rides a hub restart: queued dispatches are applied once, watch-style events see every seq once")
