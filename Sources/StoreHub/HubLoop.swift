@@ -220,7 +220,11 @@ final class HubLoop {
         switch effect {
         case .reply(let message):
             send(message, to: connection)
+        case .synced(let id):
+            flushBatch()
+            send(.synced(seq: sequencer.seq, id: id), to: connection)
         case .status:
+            flushBatch()
             let replicas = attached.compactMap { peer in
                 peer.state.replica.map {
                     ReplicaInfo(replica: $0, name: peer.state.name, queuedBytes: peer.pendingBytes,

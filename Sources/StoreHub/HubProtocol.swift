@@ -10,8 +10,11 @@ enum HubEffect {
     /// The dispatch's session already had its id sequenced: once that original is committed,
     /// answer `duplicate` with its seq (or, if it could not be made durable, dispatch again).
     case duplicate(id: DispatchID, action: JSON)
-    /// Queue the hub's status (the loop knows the attached replicas).
+    /// Queue the hub's status (the loop knows the attached replicas), after committing.
     case status
+    /// Commit, then queue `synced` with the committed seq: the barrier never names an action
+    /// that a failed commit undid.
+    case synced(id: DispatchID?)
     /// Queue this error, stop reading, flush and close the connection.
     case fail(WireError)
 }
@@ -50,7 +53,7 @@ struct HubProtocol {
             return .status
         case .sync(let id):
             // The barrier: O(1), and in order with the actions this connection was sent.
-            return .reply(.synced(seq: sequencer.seq, id: id))
+            return .synced(id: id)
         case .hello(let version, let appName, let fingerprint, let name, let resume, let session):
             if case .attached(let replica, _, _) = connection.state {
                 return .fail(WireError(.alreadyAttached, "this connection is already attached as replica \(replica); send hello once"))

@@ -142,11 +142,25 @@ final class Sequencer {
         seq = base
         committedSeq = base
         committedSeqBeforeBatch = base
-        nextReplica = max(nextReplica, recovery.largestOrigin + 1)
+        nextReplica = max(nextReplica, recovery.largestOrigin + 1, recovery.replicaLease)
     }
 
-    /// A new replica id, unique within the history.
+    /// Replica ids below this are covered by the durable lease (``SequenceLog/leaseReplicaIDs(below:)``).
+    private var replicaLease = 0
+    /// How many ids one lease write covers.
+    private static let replicaLeaseBlock = 1_024
+
+    /// A new replica id, unique within the history, also across restarts and crashes: ids are
+    /// leased durably in blocks before they are handed out.
     func takeReplicaID() -> Int {
+        if nextReplica >= replicaLease {
+            do throws(StorageError) {
+                try log.leaseReplicaIDs(below: nextReplica + Self.replicaLeaseBlock)
+                replicaLease = nextReplica + Self.replicaLeaseBlock
+            } catch {
+                note("hubd: \(error.message); replica ids handed out now may be handed out again after a crash")
+            }
+        }
         defer { nextReplica += 1 }
         return nextReplica
     }

@@ -53,8 +53,9 @@ extension Replica {
         case .disconnected:
             return true
         case .hub(let error):
-            return error.code == .shuttingDown || error.code == .slowConsumer || error.code == .superseded
-                || error.code == .timeout
+            // Not after `superseded`: another process uses this replica's session, and taking
+            // it back would only make the two close each other in turn.
+            return error.code == .shuttingDown || error.code == .slowConsumer || error.code == .timeout
         case .diverged:
             // Healed by a full welcome: the hub's state replaces the local one.
             return true

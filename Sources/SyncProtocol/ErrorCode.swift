@@ -1,7 +1,8 @@
 /// The fixed list of error codes that travel in `reject` and `error` messages.
 ///
-/// `reject` (the connection goes on) carries ``badAction`` or ``rejected``; every other
-/// code arrives in an `error` message, after which the hub closes the connection.
+/// `reject` (the connection goes on) carries ``badAction``, ``rejected``, ``unavailable`` or
+/// ``frameTooLarge`` (an action whose canonical form does not fit one frame); every other code
+/// arrives in an `error` message, after which the hub closes the connection.
 public enum ErrorCode: String, Sendable, CaseIterable, CustomStringConvertible {
     /// The frame's length is 0, or a message lacks a required member or has one of the wrong type.
     case badFrame = "bad-frame"

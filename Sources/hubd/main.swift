@@ -188,7 +188,7 @@ while let argument = arguments.next() {
         guard let seconds = Double(text), seconds > 0, seconds <= 86_400 else {
             fail("--idle-timeout needs a number of seconds above 0 and at most 86400, got \"\(text)\"", status: 2)
         }
-        idleTimeout = .milliseconds(Int(seconds * 1000))
+        idleTimeout = .milliseconds(max(1, Int(seconds * 1000)))
     case "--check-data": checkData = value(for: argument, &arguments)
     case "--repair": repair = true
     default:

@@ -1,7 +1,7 @@
 import BuiltinApps
 import Dispatch
 import Foundation
-import StoreHub
+@testable import StoreHub
 import StoreReplica
 import SyncCore
 import SyncPOSIX
@@ -392,6 +392,62 @@ extension MultiProcessTests {
             let seen = changes.withLock { $0 }
             #expect(seen.contains { if case .dropped(let reason) = $0 { reason.contains("slow-consumer") } else { false } }, "\(seen)")
             #expect(seen.contains { if case .resumed = $0 { true } else { false } }, "\(seen)")
+        }
+
+        @Test("replica ids are never handed out twice in a history, even to replicas that never dispatched, across kill -9")
+        func replicaIDsLeased() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let data = fixture.directory + "/data"
+            var seen: Set<Int> = []
+            for _ in 0..<3 {
+                let hub = try await fixture.startHub(extra: ["--data-dir", data])
+                for _ in 0..<2 {
+                    let client = try RawClient(path: fixture.socket)
+                    defer { client.close() }
+                    try client.send(hello())
+                    let welcome = try client.receive()
+                    guard let replica = welcome["replica"]?.intValue else { throw HarnessError("\(welcome)") }
+                    #expect(!seen.contains(replica), "replica id \(replica) handed out twice: \(seen)")
+                    seen.insert(replica)
+                }
+                hub.signal(SIGKILL)
+                _ = try await hub.waitForExit()
+            }
+        }
+
+        @Test("sync and status answer only what is committed: after a refused dispatch on a full disk, they name the durable seq")
+        func barrierAfterFailedCommit() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            var configuration = HubConfiguration(socketPath: fixture.socket)
+            configuration.dataDirectory = fixture.directory + "/data"
+            let hub = try Hub(app: JSONApp(), configuration: configuration)
+            let finished = Atomic<Bool>(false)
+            Thread.detachNewThread {
+                try? hub.run()
+                finished.store(true, ordering: .releasing)
+            }
+            defer { StorageFaults.writeFailure.withLock { $0 = nil } }
+            let client = try RawClient(path: fixture.socket)
+            defer { client.close() }
+            try client.send(hello())
+            _ = try client.receive()
+            try client.send(["type": "dispatch", "id": 1, "action": ["type": "set", "path": "/a", "value": 1]])
+            #expect(try client.receive()["seq"] == 1)
+            StorageFaults.writeFailure.withLock { $0 = ENOSPC }
+            // One write: the dispatch is sequenced in memory, then the barrier asks for the seq.
+            try client.sendBytes(try Frame.encode(["type": "dispatch", "id": 2, "action": ["type": "set", "path": "/b", "value": 2]])
+                                 + Frame.encode(["type": "sync", "id": "s"]) + Frame.encode(["type": "status"]))
+            let reject = try client.receive()
+            #expect(reject["type"] == "reject" && reject["error"]?["code"] == "unavailable", "\(reject)")
+            let synced = try client.receive()
+            #expect(synced == ["type": "synced", "id": "s", "seq": 1])
+            let status = try client.receive()
+            #expect(status["seq"] == 1 && status["storage"]?["unavailable"] != nil, "\(status)")
+            StorageFaults.writeFailure.withLock { $0 = nil }
+            hub.stop()
+            try await waitUntil("the hub to stop") { finished.load(ordering: .acquiring) }
         }
 
         @Test("a replica rides a hub restart: queued dispatches are applied once, watch-style events see every seq once")

@@ -37,6 +37,8 @@ final class FileLog: SequenceLog {
         var warnings: [String]
         /// The largest replica id any record names.
         var largestOrigin: Int
+        /// Every replica id below this may have been handed out (`replica-ids.json`; 0: none).
+        var replicaLease: Int = 0
     }
 
     let directory: String
@@ -58,6 +60,8 @@ final class FileLog: SequenceLog {
     private var lastFsyncMicroseconds = 0
 
     static let metaName = "storesync.json"
+    /// `{"below":N}`: every replica id below N may have been handed out (see ``leaseReplicaIDs(below:)``).
+    static let replicaLeaseName = "replica-ids.json"
     static let format = 1
 
     private init(directory: String, mode: FsyncMode, lockFD: Int32, segments: [(UInt64, String)],
@@ -222,6 +226,14 @@ final class FileLog: SequenceLog {
         let history = try history(directory: directory, fingerprint: fingerprint, create: create)
         var recovery = Recovery(history: history, snapshot: nil, checkpoints: [], records: [], files: [], warnings: [],
                                 largestOrigin: 0)
+        let leasePath = directory + "/" + replicaLeaseName
+        if FileSystem.exists(leasePath) {
+            if let json = try? JSON(parsing: FileSystem.read(leasePath)), let below = json["below"]?.intValue, below >= 0 {
+                recovery.replicaLease = below
+            } else {
+                recovery.warnings.append("\(leasePath) is unreadable; replica ids continue after the largest one in the journal and snapshot (a replica that never dispatched before the crash may see its id again)")
+            }
+        }
         for (_, path) in try listSnapshots(directory) {
             switch readSnapshot(path) {
             case .success(let snapshot):
@@ -367,6 +379,17 @@ final class FileLog: SequenceLog {
         if appendFD >= 0 { FileSystem.close(appendFD) }
         appendFD = -1
         appendSize = 0
+    }
+
+    // MARK: - Replica ids
+
+    func leaseReplicaIDs(below limit: Int) throws(StorageError) {
+        let path = directory + "/" + Self.replicaLeaseName
+        do throws(SystemError) {
+            try FileSystem.writeAtomically(path, JSON.object(["below": JSON(limit)]).canonicalBytes)
+        } catch {
+            throw StorageError("cannot write \(path): \(error.message)")
+        }
     }
 
     // MARK: - Snapshots and compaction

@@ -21,6 +21,11 @@ protocol SequenceLog: AnyObject {
     ///
     /// - Throws: ``StorageError``; the log is unchanged.
     func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError)
+    /// Records durably that replica ids below `limit` may be handed out, so a restarted hub
+    /// (even after `kill -9`) never hands out one of them again within the history.
+    ///
+    /// - Throws: ``StorageError``; the hub then goes on (ids may repeat after a crash).
+    func leaseReplicaIDs(below limit: Int) throws(StorageError)
     /// Whether writing works again after a failure (a small probe write).
     func probe() -> Bool
     /// What an operator wants to know, for `status`.
@@ -79,6 +84,7 @@ final class MemoryLog: SequenceLog {
     func commit() throws(StorageError) { uncommitted = false }
     var hasUncommitted: Bool { uncommitted }
     func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {}
+    func leaseReplicaIDs(below limit: Int) throws(StorageError) {}
     func probe() -> Bool { true }
     var status: StorageStatus {
         StorageStatus(location: "memory", fsync: nil, journalBytes: 0, segments: 0, snapshotSeq: 0, lastFsyncMicroseconds: 0)
