@@ -86,8 +86,11 @@ func selfExecutable() throws -> String {
 
 /// Hub plus `replicas` worker processes on the json app: every worker dispatches its share,
 /// and the clock stops when every worker has applied every action.
-func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil) throws -> Result {
+func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled: Int = 0) throws -> Result {
     let hub = try BenchHub(fsync: fsync)
+    // Attached replicas that never read: the hub must not slow the others down for them.
+    let stalledClients = try (0..<stalled).map { _ in try RawBenchClient(socket: hub.socket) }
+    defer { withExtendedLifetime(stalledClients) {} }
     defer { hub.stop() }
     let share = actions / replicas
     let total = share * replicas
@@ -107,7 +110,8 @@ func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil) throws 
     for worker in workers { worker.finish() }
     guard digests.count == 1 else { throw SystemError("replicas disagree: \(digests)") }
     return Result(scenario: "hub.throughput",
-                  params: [("replicas", JSON(replicas)), ("app", "json"), ("fsync", .string(fsync?.rawValue ?? "memory"))],
+                  params: [("replicas", JSON(replicas)), ("app", "json"), ("fsync", .string(fsync?.rawValue ?? "memory")),
+                           ("stalled", JSON(stalled))],
                   metrics: [("actions_per_s", Double(total) / elapsed * 1e9), ("actions", Double(total))])
 }
 

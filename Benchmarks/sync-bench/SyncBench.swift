@@ -77,6 +77,7 @@ struct SyncBench {
                 report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000))
                 report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, fsync: .batch))
                 report(try hubThroughput(replicas: 4, actions: quick ? 2_000 : 20_000, fsync: .always))
+                report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, stalled: 1))
                 report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000))
             }
             if wanted("hydrate") { report(try hydrate(stateBytes: 1 << 20)) }

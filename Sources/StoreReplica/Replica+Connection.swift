@@ -70,7 +70,7 @@ extension Replica {
     private func dropped(_ reason: ReplicaError) {
         let failure = ReplicaError.disconnected("the link to the hub dropped (\(reason.description)) before it answered; ask again once it is back")
         let seq = lastSeq.load(ordering: .acquiring)
-        let (statusWaiters, syncWaiters, observers) = shared.withLock { shared in
+        let (statusWaiters, syncWaiters, observers) = changingLinkState { shared.withLock { shared in
             defer {
                 shared.statusWaiters = []
                 shared.syncWaiters = []
@@ -78,7 +78,7 @@ extension Replica {
                 if reason.isDivergence { shared.divergences += 1 }
             }
             return (shared.statusWaiters, shared.syncWaiters, shared.observers)
-        }
+        } }
         for waiter in statusWaiters { waiter.resume(throwing: failure) }
         for waiter in syncWaiters { waiter.resume(throwing: failure) }
         if case .diverged(let why) = reason {
@@ -104,9 +104,11 @@ extension Replica {
             if let max = reconnect.maxAttempts, attempt > max {
                 return .failure(.disconnected("gave up reconnecting after \(max) attempts: \(last.description)"))
             }
-            let observers = shared.withLock { shared in
-                shared.linkState = .reconnecting(attempt: attempt)
-                return shared.observers
+            let observers = changingLinkState {
+                shared.withLock { shared in
+                    shared.linkState = .reconnecting(attempt: attempt)
+                    return shared.observers
+                }
             }
             notify(observers, .connection(.reconnecting(attempt: attempt)))
             let delay = reconnect.delay(before: attempt)
@@ -172,13 +174,13 @@ extension Replica {
         let upstream = link.current
         var sentThrough = -1
         while true {
-            let (next, observers) = shared.withLock { shared -> ([(Int, DispatchID, JSON)], [Observer]) in
+            let (next, observers) = changingLinkState { shared.withLock { shared -> ([(Int, DispatchID, JSON)], [Observer]) in
                 let next = shared.pending.filter { $0.value.order > sentThrough }
                     .sorted { $0.value.order < $1.value.order }
                     .map { ($0.value.order, $0.key, $0.value.json) }
                 if next.isEmpty { shared.linkState = .connected }
                 return (next, shared.observers)
-            }
+            } }
             if next.isEmpty {
                 notify(observers, .connection(change))
                 break
@@ -208,7 +210,7 @@ extension Replica {
     /// The connection ended for good: fail every wait and report it.
     func finish(_ reason: ReplicaError) {
         link.current.closeDescriptor(reason: reason.description)
-        let shared = shared.withLock { shared -> Shared in
+        let ended: Shared = changingLinkState { () -> Shared in self.shared.withLock { shared -> Shared in
             shared.endReason = reason
             shared.linkState = .disconnected(reason)
             defer {
@@ -219,17 +221,20 @@ extension Replica {
                 shared.closeWaiters = []
             }
             return shared
-        }
+        } }
+        // The store's terminal no longer reaches this replica (and the closure is freed here,
+        // outside every lock).
+        withExtendedLifetime(self.submitter.clear()) {}
         let failure = ReplicaError.disconnected(reason.description)
-        for ack in shared.acks.values { ack.resume(throwing: failure) }
+        for ack in ended.acks.values { ack.resume(throwing: failure) }
         // Fire-and-forget dispatches never answered: the hub may or may not have applied them.
         let unanswered = ReplicaError.disconnected("the link to the hub ended (\(reason.description)) before the hub answered this dispatch; it may or may not have been applied")
-        for (_, entry) in shared.pending.sorted(by: { $0.value.order < $1.value.order }) where !entry.awaited {
+        for (_, entry) in ended.pending.sorted(by: { $0.value.order < $1.value.order }) where !entry.awaited {
             reportFailure(unanswered, entry.json)
         }
-        for waiter in shared.statusWaiters { waiter.resume(throwing: failure) }
-        for waiter in shared.syncWaiters { waiter.resume(throwing: failure) }
-        for observer in shared.observers { observer.callback(.disconnected(reason)) }
-        for waiter in shared.closeWaiters { waiter.resume(returning: reason) }
+        for waiter in ended.statusWaiters { waiter.resume(throwing: failure) }
+        for waiter in ended.syncWaiters { waiter.resume(throwing: failure) }
+        for observer in ended.observers { observer.callback(.disconnected(reason)) }
+        for waiter in ended.closeWaiters { waiter.resume(returning: reason) }
     }
 }

@@ -6,6 +6,7 @@ import Musl
 import Darwin
 #endif
 import Foundation
+import Observation
 import SyncCore
 import SyncPOSIX
 import Synchronization
@@ -47,7 +48,7 @@ import Synchronization
 /// `Replica+Stream.swift` the application of the sequenced stream.
 ///
 /// Call ``close()`` when done; the connection lives until then (or until reconnection gives up).
-public final class Replica<App: SyncApp>: Sendable {
+public final class Replica<App: SyncApp>: Sendable, Observable {
     /// The app.
     public let app: App
     /// The local store: read it, subscribe to it, dispatch through it.
@@ -74,6 +75,8 @@ public final class Replica<App: SyncApp>: Sendable {
     public let session: String
     /// Receives fire-and-forget dispatches that could not be sent or were never answered.
     let reportFailure: @Sendable (ReplicaError, JSON) -> Void
+    /// How the store's terminal reaches ``submit(id:json:awaited:)``; emptied when the replica ends.
+    let submitter: SubmitterBox
 
     /// The current connection's sending side (replaced on reconnection).
     let link: UpstreamHolder
@@ -84,6 +87,8 @@ public final class Replica<App: SyncApp>: Sendable {
     let currentReplica: Atomic<Int>
     /// Wakes a reconnection backoff early (on ``close()``).
     let wakeReconnect = DispatchSemaphore(value: 0)
+    /// Observation of ``linkState``.
+    let registrar = ObservationRegistrar()
 
     /// An event observer and its registration id.
     typealias Observer = (id: Int, callback: @Sendable (ReplicaEvent<App.Action>) -> Void)
@@ -231,23 +236,24 @@ public final class Replica<App: SyncApp>: Sendable {
             Console.error("StoreReplica: an action dispatched through the store was not sent (\(error.description)): \(json.canonicalString)")
         }
         self.reportFailure = report
-        // The store's terminal reaches `self` only once it exists; dispatching through the
-        // store before `init` returns is impossible, so the box is always filled in time.
+        // The store's terminal reaches `self` through this box, filled at the end of `init`
+        // (nothing can dispatch through the store before `init` returns) and emptied when
+        // the replica ends, which breaks the replica → store → terminal → replica cycle. The
+        // reader thread keeps the replica alive until then anyway.
         let submitter = SubmitterBox()
+        self.submitter = submitter
         self.store = Store(
             initialState: state, reducer: app, enhancer: .applyMiddleware(middleware), history: nil, onError: nil,
             terminal: { action in
                 let json = app.encodeAction(action)
                 guard let submit = submitter.submit else {
-                    report(.disconnected("the replica is not initialised yet"), json)
+                    report(.disconnected("this replica's link to the hub has ended (closed, or reconnection gave up)"), json)
                     return
                 }
                 if let failure = submit(link.makeID(), json) { report(failure, json) }
             }
         )
-        submitter.submit = { [weak self] id, json in
-            self?.submit(id: id, json: json, awaited: false) ?? .disconnected("the replica was released")
-        }
+        submitter.submit = { id, json in self.submit(id: id, json: json, awaited: false) }
     }
 
     /// The sending side for a connection that has just been welcomed.
@@ -264,7 +270,20 @@ public final class Replica<App: SyncApp>: Sendable {
     public var isConnected: Bool { shared.withLock { $0.linkState == .connected } }
 
     /// Where the link to the hub stands: connected, reconnecting (with the attempt number), or ended.
-    public var linkState: LinkState { shared.withLock { $0.linkState } }
+    ///
+    /// Observable: a `withObservationTracking` (or a SwiftUI view) that reads it is told when
+    /// it changes (on the replica's reader thread).
+    public var linkState: LinkState {
+        registrar.access(self, keyPath: \.linkState)
+        return shared.withLock { $0.linkState }
+    }
+
+    /// Runs `body`, which changes ``linkState`` under the lock, telling observers around it.
+    func changingLinkState<T>(_ body: () -> T) -> T {
+        registrar.willSet(self, keyPath: \.linkState)
+        defer { registrar.didSet(self, keyPath: \.linkState) }
+        return body()
+    }
 
     // MARK: - Dispatch
 
@@ -582,6 +601,22 @@ final class SubmitterBox: Sendable {
     /// The replica's submit function.
     var submit: (@Sendable (DispatchID, JSON) -> ReplicaError?)? {
         get { value.withLock { $0 } }
-        set { value.withLock { $0 = newValue } }
+        set {
+            // The old closure is released after the lock (it may hold the last reference to
+            // the replica, whose deinit must not run under this lock).
+            let old = value.withLock { current in
+                defer { current = newValue }
+                return current
+            }
+            withExtendedLifetime(old) {}
+        }
+    }
+
+    /// Empties the box; returns the closure, for the caller to release outside any lock.
+    func clear() -> (@Sendable (DispatchID, JSON) -> ReplicaError?)? {
+        value.withLock { current in
+            defer { current = nil }
+            return current
+        }
     }
 }

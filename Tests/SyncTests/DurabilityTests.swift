@@ -44,7 +44,7 @@ extension MultiProcessTests {
         }
 
         @Test("crash loop: kill -9 at a random moment, 20 times; every acknowledged action survives, none twice, order kept",
-              arguments: ["always", "batch"])
+              arguments: ["always", "batch", "never"])
         func crashLoop(mode: String) async throws {
             let fixture = try Fixture()
             defer { fixture.shutdown() }

@@ -1,6 +1,7 @@
 import BuiltinApps
 import Dispatch
 import Foundation
+import Observation
 @testable import StoreHub
 import StoreReplica
 import SyncCore
@@ -471,9 +472,13 @@ extension MultiProcessTests {
             defer { token.cancel() }
             replica.startReading()
             for n in 1...3 { #expect(try await replica.dispatch(.set(try JSONPointer("/n"), JSON(n))) == UInt64(n)) }
+            // linkState is observable (a SwiftUI view holding the replica would redraw).
+            let told = Atomic<Bool>(false)
+            #expect(withObservationTracking { replica.linkState } onChange: { told.store(true, ordering: .releasing) } == .connected)
             hub.signal(SIGKILL)
             _ = try await hub.waitForExit()
             try await waitUntil("the replica to notice") { !replica.isConnected }
+            try await waitUntil("linkState's observers to be told") { told.load(ordering: .acquiring) }
             // Dispatched while the hub is down: queued, sent on the same session once it is back.
             let queued = Task { try await replica.dispatch(.set(try JSONPointer("/queued"), 1)) }
             hub = try await fixture.startHub(extra: ["--data-dir", data])
