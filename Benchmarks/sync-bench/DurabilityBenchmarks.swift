@@ -121,13 +121,14 @@ func resume(actions: Int) throws -> Result {
     return Result(scenario: "resume", params: [("actions", JSON(actions))], metrics: [("ms", median(samples))])
 }
 
-/// `sync-bench --hub-child DIR --socket S`: a hub on a data directory (`--fsync never`, no
-/// periodic snapshot), to be killed with SIGKILL by the recovery benchmark.
-func runHubChild(socket: String, dataDirectory: String) -> Never {
+/// `sync-bench --hub-child DIR --socket S --count N`: a hub on a data directory (`--fsync
+/// never`, a snapshot every N actions, none for 0), to be killed with SIGKILL by the recovery
+/// benchmark.
+func runHubChild(socket: String, dataDirectory: String, snapshotEvery: Int) -> Never {
     var configuration = HubConfiguration(socketPath: socket)
     configuration.dataDirectory = dataDirectory
     configuration.fsync = .never
-    configuration.snapshotEvery = Int.max / 2
+    configuration.snapshotEvery = snapshotEvery > 0 ? snapshotEvery : Int.max / 2
     do {
         try Hub(app: JSONApp(), configuration: configuration).run()
     } catch {
@@ -137,16 +138,17 @@ func runHubChild(socket: String, dataDirectory: String) -> Never {
     exit(0)
 }
 
-/// A hub killed with SIGKILL after `actions` actions (journal only, no snapshot) and
-/// started again: how long recovery takes until it could serve.
-func recovery(actions: Int) throws -> Result {
+/// A hub killed with SIGKILL after `actions` actions and started again: how long recovery
+/// takes until it could serve. With `snapshotEvery` 0 there is no snapshot and the whole
+/// journal is replayed; otherwise the newest snapshot is loaded and the journal after it replayed.
+func recovery(actions: Int, snapshotEvery: Int) throws -> Result {
     let directory = NSTemporaryDirectory() + "sync-bench-recovery-\(getpid())"
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: directory) }
     let socket = directory + "/hub.sock", data = directory + "/data"
     let child = Process()
     child.executableURL = URL(fileURLWithPath: try selfExecutable())
-    child.arguments = ["--hub-child", data, "--socket", socket]
+    child.arguments = ["--hub-child", data, "--socket", socket, "--count", "\(snapshotEvery)"]
     try child.run()
     defer { if child.isRunning { kill(child.processIdentifier, SIGKILL) } }
     let deadline = ContinuousClock.now + .seconds(30)
@@ -171,5 +173,6 @@ func recovery(actions: Int) throws -> Result {
     }
     hub.stop()
     finished.wait()
-    return Result(scenario: "recovery", params: [("actions", JSON(actions))], metrics: [("s", seconds)])
+    return Result(scenario: "recovery", params: [("actions", JSON(actions)), ("snapshot_every", JSON(snapshotEvery))],
+                  metrics: [("s", seconds)])
 }

@@ -26,7 +26,8 @@ let usage = """
       hub.latency       dispatch→ack round trip of one replica with 3 more attached, unloaded
       hydrate           a new replica attaching to a 1 MiB state: connect to applied welcome, ms
       resume            a replica resuming 10,000 missed actions: hello to the last one read, ms
-      recovery          hubd killed (-9) after 1,000,000 actions, --fsync never: restart to ready, s
+      recovery          a hub killed (-9) after 1,000,000 actions: restart to ready, s (snapshot every
+                        100,000 actions, the default; and no snapshot: the whole journal replayed)
     """
 
 @main
@@ -56,7 +57,7 @@ struct SyncBench {
             }
         }
         if worker { runWorker(socket: socket, count: count, total: total) }
-        if let hubChild { runHubChild(socket: socket, dataDirectory: hubChild) }
+        if let hubChild { runHubChild(socket: socket, dataDirectory: hubChild, snapshotEvery: count) }
         UnixSocket.ignoreBrokenPipes()
 
         func report(_ result: Result) {
@@ -82,7 +83,12 @@ struct SyncBench {
             }
             if wanted("hydrate") { report(try hydrate(stateBytes: 1 << 20)) }
             if wanted("resume") { report(try resume(actions: 10_000)) }
-            if wanted("recovery") { report(try recovery(actions: quick ? 100_000 : 1_000_000)) }
+            if wanted("recovery") {
+                // The default configuration (a snapshot every 100,000 actions), then the worst
+                // case: no snapshot, the whole journal replayed.
+                report(try recovery(actions: quick ? 100_000 : 1_000_000, snapshotEvery: 100_000))
+                report(try recovery(actions: quick ? 100_000 : 1_000_000, snapshotEvery: 0))
+            }
         } catch {
             Console.error("sync-bench: \(error)")
             exit(1)

@@ -71,29 +71,46 @@ final class Sequencer {
     }
 
     /// Loads the recovered journal window into the backlog, so replicas can resume across a restart.
+    ///
+    /// Only the tail the backlog keeps is encoded: from the newest record back, until at least
+    /// its minimum of actions is held and the byte budget is spent.
     private func refillBacklog(_ recovery: FileLog.Recovery) {
         let records = recovery.window + recovery.records
-        guard let first = records.first, records.last?.seq == seq else {
+        guard records.last?.seq == seq else {
+            backlog.reset(after: seq)
+            return
+        }
+        var tail: [[UInt8]] = []
+        var bytes = 0
+        for record in records.reversed() {
+            if tail.count >= backlog.minimumActions, bytes >= backlog.maximumBytes { break }
+            var frame: [UInt8] = []
+            do throws(FrameError) {
+                try Frame.appendActionEnvelope(seq: record.seq, origin: record.origin, id: record.id, action: record.action,
+                                               to: &frame)
+                if let digest = record.checkpoint, isCheckpoint(record.seq) {
+                    frame.append(contentsOf: try Frame.encode(HubMessage.checkpoint(seq: record.seq, digest: digest)))
+                }
+            } catch {
+                break
+            }
+            bytes += frame.count
+            tail.append(frame)
+        }
+        guard let oldest = tail.last.map({ _ in seq - UInt64(tail.count) + 1 }) else {
             backlog.reset(after: seq)
             return
         }
         var frames: [UInt8] = []
+        frames.reserveCapacity(bytes)
         var starts: [Int] = []
-        for record in records {
+        starts.reserveCapacity(tail.count)
+        for frame in tail.reversed() {
             starts.append(frames.count)
-            do throws(FrameError) {
-                try Frame.appendActionEnvelope(seq: record.seq, origin: record.origin, id: record.id, action: record.action,
-                                               to: &frames)
-                if let digest = record.checkpoint, isCheckpoint(record.seq) {
-                    frames.append(contentsOf: try Frame.encode(HubMessage.checkpoint(seq: record.seq, digest: digest)))
-                }
-            } catch {
-                backlog.reset(after: seq)
-                return
-            }
+            frames.append(contentsOf: frame)
         }
-        backlog.reset(after: first.seq - 1)
-        backlog.append(frames, starts: starts, first: first.seq)
+        backlog.reset(after: oldest - 1)
+        backlog.append(frames, starts: starts, first: oldest)
     }
 
     /// Whether a replica that applied everything up to `seq` can be sent the rest.

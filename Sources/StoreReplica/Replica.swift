@@ -246,14 +246,14 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
             initialState: state, reducer: app, enhancer: .applyMiddleware(middleware), history: nil, onError: nil,
             terminal: { action in
                 let json = app.encodeAction(action)
-                guard let submit = submitter.submit else {
+                guard let replica = submitter.submitter else {
                     report(.disconnected("this replica's link to the hub has ended (closed, or reconnection gave up)"), json)
                     return
                 }
-                if let failure = submit(link.makeID(), json) { report(failure, json) }
+                if let failure = replica.submitUnawaited(id: link.makeID(), json: json) { report(failure, json) }
             }
         )
-        submitter.submit = { id, json in self.submit(id: id, json: json, awaited: false) }
+        submitter.install(self)
     }
 
     /// The sending side for a connection that has just been welcomed.
@@ -593,30 +593,32 @@ private enum SubmitPlan {
     case send, queued, refused(ReplicaError)
 }
 
-/// Lets the store's terminal (built before the replica exists) reach the replica's
-/// `submit`: set once at the end of `init`, read on every fire-and-forget dispatch.
+/// What the store's terminal calls to send a fire-and-forget dispatch: the replica.
+protocol DispatchSubmitter: AnyObject, Sendable {
+    /// Records the dispatch as pending and sends it (see `Replica.submit(id:json:awaited:)`).
+    func submitUnawaited(id: DispatchID, json: JSON) -> ReplicaError?
+}
+
+/// Lets the store's terminal (built before the replica exists) reach the replica: set once
+/// at the end of `init`, emptied when the replica ends, read on every fire-and-forget dispatch.
 final class SubmitterBox: Sendable {
-    private let value = Mutex<(@Sendable (DispatchID, JSON) -> ReplicaError?)?>(nil)
+    private let value = Mutex<(any DispatchSubmitter)?>(nil)
 
-    /// The replica's submit function.
-    var submit: (@Sendable (DispatchID, JSON) -> ReplicaError?)? {
-        get { value.withLock { $0 } }
-        set {
-            // The old closure is released after the lock (it may hold the last reference to
-            // the replica, whose deinit must not run under this lock).
-            let old = value.withLock { current in
-                defer { current = newValue }
-                return current
-            }
-            withExtendedLifetime(old) {}
-        }
-    }
+    /// The replica, while it has not ended.
+    var submitter: (any DispatchSubmitter)? { value.withLock { $0 } }
 
-    /// Empties the box; returns the closure, for the caller to release outside any lock.
-    func clear() -> (@Sendable (DispatchID, JSON) -> ReplicaError?)? {
+    /// Installs the replica.
+    func install(_ submitter: any DispatchSubmitter) { value.withLock { $0 = submitter } }
+
+    /// Empties the box; returns what it held, for the caller to release outside any lock.
+    func clear() -> (any DispatchSubmitter)? {
         value.withLock { current in
             defer { current = nil }
             return current
         }
     }
+}
+
+extension Replica: DispatchSubmitter {
+    func submitUnawaited(id: DispatchID, json: JSON) -> ReplicaError? { submit(id: id, json: json, awaited: false) }
 }
