@@ -419,18 +419,12 @@ extension MultiProcessTests {
 
         @Test("sync and status answer only what is committed: after a refused dispatch on a full disk, they name the durable seq")
         func barrierAfterFailedCommit() async throws {
-            let fixture = try Fixture()
-            defer { fixture.shutdown() }
-            var configuration = HubConfiguration(socketPath: fixture.socket)
-            configuration.dataDirectory = fixture.directory + "/data"
-            let hub = try Hub(app: JSONApp(), configuration: configuration)
-            let finished = Atomic<Bool>(false)
-            Thread.detachNewThread {
-                try? hub.run()
-                finished.store(true, ordering: .releasing)
+            let hub = try InProcessHub(JSONApp()) { configuration in
+                // Beside the socket, in the fixture's directory (removed with it).
+                configuration.dataDirectory = (configuration.socketPath as NSString).deletingLastPathComponent + "/data"
             }
             defer { StorageFaults.writeFailure.withLock { $0 = nil } }
-            let client = try RawClient(path: fixture.socket)
+            let client = try RawClient(path: hub.fixture.socket)
             defer { client.close() }
             try client.send(hello())
             _ = try client.receive()
@@ -447,8 +441,7 @@ extension MultiProcessTests {
             let status = try client.receive()
             #expect(status["seq"] == 1 && status["storage"]?["unavailable"] != nil, "\(status)")
             StorageFaults.writeFailure.withLock { $0 = nil }
-            hub.stop()
-            try await waitUntil("the hub to stop") { finished.load(ordering: .acquiring) }
+            try await hub.stop()
         }
 
         @Test("a replica rides a hub restart: queued dispatches are applied once, watch-style events see every seq once")
