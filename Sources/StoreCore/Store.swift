@@ -310,6 +310,8 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
                 try applyThrowing(action)
                 drainQueue(chain)
             }
+            // What the body queued after its last apply (a dispatch from a callback it ran).
+            drainQueue(chain)
             owner.store(0, ordering: .relaxed)
         }
     }

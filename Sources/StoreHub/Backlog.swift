@@ -54,12 +54,12 @@ struct Backlog {
     }
 
     private mutating func trim() {
-        while count > minimumActions && byteCount > maximumBytes {
+        while count > 0, count > minimumActions, byteCount > maximumBytes {
             head += 1
             firstSeq += 1
         }
         // Drop the released prefix once it is at least half the buffer (amortised O(1) per byte).
-        if head > 0, offsets[head] * 2 >= bytes.count {
+        if head > 0, head < offsets.count, offsets[head] * 2 >= bytes.count {
             let cut = offsets[head]
             bytes.removeSubrange(0..<cut)
             offsets.removeSubrange(0..<head)

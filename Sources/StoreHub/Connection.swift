@@ -85,6 +85,10 @@ final class Connection {
         if markHead == marks.count {
             marks.removeAll(keepingCapacity: true)
             markHead = 0
+        } else if markHead > 64, markHead * 2 >= marks.count {
+            // A replica that stays behind: drop the passed marks (amortised O(1) per mark).
+            marks.removeFirst(markHead)
+            markHead = 0
         }
     }
 

@@ -33,6 +33,8 @@ final class Sequencer {
     private(set) var sessions: SessionTable
     /// A `checkpoint` follows every action whose seq is a multiple of this (0: none).
     let checkpointEvery: UInt64
+    /// Set when a rollback could not rebuild the state: the hub refuses dispatches until restarted.
+    private var rebuildFailed = false
     /// When idle sessions were last expired.
     private var lastExpiry: ContinuousClock.Instant = .now
     /// Set while the log cannot be written.
@@ -82,8 +84,12 @@ final class Sequencer {
         }
         var tail: [[UInt8]] = []
         var bytes = 0
+        var oldest = seq + 1
         for record in records.reversed() {
             if tail.count >= backlog.minimumActions, bytes >= backlog.maximumBytes { break }
+            // Only an unbroken run back from the current seq (a damaged or missing stretch
+            // of an older segment ends the resume window there).
+            guard record.seq + 1 == oldest else { break }
             var frame: [UInt8] = []
             do throws(FrameError) {
                 try Frame.appendActionEnvelope(seq: record.seq, origin: record.origin, id: record.id, action: record.action,
@@ -96,8 +102,9 @@ final class Sequencer {
             }
             bytes += frame.count
             tail.append(frame)
+            oldest = record.seq
         }
-        guard let oldest = tail.last.map({ _ in seq - UInt64(tail.count) + 1 }) else {
+        guard !tail.isEmpty else {
             backlog.reset(after: seq)
             return
         }
@@ -307,14 +314,20 @@ final class Sequencer {
         }
         seq = committedSeq
         snapshotCache = nil
+        // The kept frames are still to be released: the backlog labels them from here.
+        let releasedThrough = committedSeqBeforeBatch
         do throws(StorageError) {
             if let recovery = try reload() {
                 // Rebuild the root store from what is durable, then replay nothing more.
                 try rebuild(recovery)
             }
         } catch {
-            note("hubd: cannot rebuild the state from the data directory: \(error.message)")
+            // The root store may still hold undone actions: never accept again in this run.
+            rebuildFailed = true
+            unavailableReason = "the hub could not rebuild its state after a journal write failed (\(error.message)); restart hubd, which recovers what is on disk"
+            note("hubd: cannot rebuild the state from the data directory: \(error.message); refusing dispatches until hubd is restarted")
         }
+        committedSeqBeforeBatch = releasedThrough
         return failed
     }
 
@@ -339,7 +352,7 @@ final class Sequencer {
             lastExpiry = now
             sessions.expire(now: now)
         }
-        guard unavailableReason != nil, ContinuousClock.now - lastProbe >= .seconds(1) else { return false }
+        guard unavailableReason != nil, !rebuildFailed, ContinuousClock.now - lastProbe >= .seconds(1) else { return false }
         lastProbe = .now
         guard log.probe() else { return false }
         unavailableReason = nil

@@ -31,6 +31,7 @@ extension Replica {
         defer { buffer.deallocate() }
         while true {
             if let failure = handleFrames(&decoder) { return failure }
+            completeResume()
             switch UnixSocket.read(upstream.fd, into: buffer) {
             case .bytes(let count):
                 decoder.append(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
@@ -74,6 +75,8 @@ extension Replica {
             defer {
                 shared.statusWaiters = []
                 shared.syncWaiters = []
+                shared.resumeCompletion = nil
+                shared.resumeSynced = false
                 shared.linkState = .reconnecting(attempt: 1)
                 if reason.isDivergence { shared.divergences += 1 }
             }
@@ -156,10 +159,11 @@ extension Replica {
             lastSeq.store(welcome.seq, ordering: .releasing)
             change = .rehydrated(seq: welcome.seq)
         }
-        let old = link.replace(with: Self.upstream(for: connection, welcome: welcome))
+        let new = Self.upstream(for: connection, welcome: welcome)
+        let old = link.replace(with: new)
         old.closeDescriptor(reason: "replaced by a new connection")
         currentReplica.store(welcome.replica, ordering: .releasing)
-        shared.withLock { shared in
+        let closing = shared.withLock { shared -> Bool in
             shared.hubID = welcome.hub
             if let history = welcome.history, history != shared.history {
                 // Another history: replica ids of the old one say nothing about this one.
@@ -167,10 +171,46 @@ extension Replica {
                 shared.ownReplicas = []
             }
             shared.ownReplicas.insert(welcome.replica)
+            if welcome.resumed { shared.resumeCompletion = change }
+            return shared.closing
         }
-        // Same ids, same session: what the hub already sequenced is answered `duplicate`.
-        // Until every pending dispatch is re-sent, new ones queue behind them (the link
-        // still counts as reconnecting), so each replica's dispatches keep their order.
+        if closing {
+            // close() ran while this attempt was under way: it closed the old link only.
+            new.closeLocally()
+            new.shutdown()
+            throw .disconnected("closed by this replica")
+        }
+        if welcome.resumed {
+            // The replay comes first: it acknowledges the pending dispatches the hub had
+            // already sequenced. A `sync` marks its end; the reader re-sends what is still
+            // pending only then (``completeResume()``), so a dispatch is never re-sent after
+            // the hub has forgotten it (at most --dedup-window ids per session are kept).
+            _ = new.send(.sync(id: Self.resumeSyncID))
+            return connection.decoder
+        }
+        resendPending(change)
+        return connection.decoder
+    }
+
+    /// The `sync` id that marks the end of a resume's replay.
+    static var resumeSyncID: DispatchID { .string("storesync-resume") }
+
+    /// After a resume's replay: re-sends what is still pending and reports the link as back.
+    func completeResume() {
+        guard let change = shared.withLock({ shared -> ConnectionChange? in
+            guard shared.resumeSynced, let change = shared.resumeCompletion else { return nil }
+            shared.resumeSynced = false
+            shared.resumeCompletion = nil
+            return change
+        }) else { return }
+        resendPending(change)
+    }
+
+    /// Re-sends the pending dispatches in order, then marks the link connected and tells
+    /// observers. Same ids, same session: what the hub already sequenced is answered
+    /// `duplicate`. Until every pending dispatch is re-sent, new ones queue behind them (the
+    /// link still counts as reconnecting), so each replica's dispatches keep their order.
+    private func resendPending(_ change: ConnectionChange) {
         let upstream = link.current
         var sentThrough = -1
         while true {
@@ -192,7 +232,6 @@ extension Replica {
                 }
             }
         }
-        return connection.decoder
     }
 
     /// Fails one pending dispatch: its awaiting caller, or the failure report.

@@ -68,6 +68,8 @@ extension Replica {
         case .status(let status):
             let waiter = shared.withLock { $0.statusWaiters.isEmpty ? nil : $0.statusWaiters.removeFirst() }
             waiter?.resume(returning: status)
+        case .synced(_, let id?) where id == Self.resumeSyncID:
+            shared.withLock { $0.resumeSynced = true }
         case .synced:
             let waiter = shared.withLock { $0.syncWaiters.isEmpty ? nil : $0.syncWaiters.removeFirst() }
             waiter?.resume(returning: lastSeq.load(ordering: .relaxed))

@@ -41,9 +41,14 @@ import Synchronization
 /// The connection comes back by itself after a drop (a hub restart, a `slow-consumer`
 /// disconnect, a broken socket), per the ``ReconnectPolicy`` given to `attach`: it resumes
 /// from the last applied seq, or re-hydrates from a full welcome, and subscribers see one
-/// continuous sequence. Dispatches awaiting an answer when the link drops fail with
-/// ``ReplicaError/disconnected(_:)`` (the hub may or may not have applied them); dispatches made
-/// while reconnecting fail at once the same way. The parts: this file is the API;
+/// continuous sequence. Every replica has a ``session``: dispatches not yet answered when the
+/// link drops stay pending and are re-sent on that session once it is back (after a resume's
+/// replay, only those the hub had not sequenced), so each is applied exactly once and its
+/// caller gets its seq. Dispatches made while reconnecting queue behind them, up to
+/// ``ReconnectPolicy/maxPendingDispatches``. `status()` and `sync()` fail at once while the link
+/// is down. If reconnection gives up or the replica is closed, what is still pending fails
+/// with ``ReplicaError/disconnected(_:)`` (awaited dispatches) or goes to `onDispatchFailure`
+/// (fire-and-forget ones): the hub may or may not have applied them. The parts: this file is the API;
 /// `Replica+Connection.swift` the connection's life (read, drop, reconnect, resume);
 /// `Replica+Stream.swift` the application of the sequenced stream.
 ///
@@ -114,6 +119,10 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         var ownReplicas: Set<Int> = []
         /// How many times a divergence was detected and healed by re-hydration.
         var divergences = 0
+        /// Set between a resumed welcome and the end of its replay: the change to report then.
+        var resumeCompletion: ConnectionChange?
+        /// The resume's `sync` came back: the replay has been applied.
+        var resumeSynced = false
     }
 
     /// A dispatch waiting for its `action`, `reject` or `duplicate`.
@@ -568,7 +577,10 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
 /// replica's whole life.
 final class UpstreamHolder: Sendable {
     private let upstream: Mutex<Upstream>
-    private let nextID = Atomic<Int>(1)
+    /// Starts at a random point: a replica that reuses a session (an explicit `session:` kept
+    /// across process restarts) does not send the ids an earlier instance sent, which the hub
+    /// would answer `duplicate` instead of applying.
+    private let nextID = Atomic<Int>(Int.random(in: 1...(1 << 40)))
 
     init(_ upstream: Upstream) { self.upstream = Mutex(upstream) }
 

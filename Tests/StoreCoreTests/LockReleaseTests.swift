@@ -65,3 +65,29 @@ struct LockReleaseTests {
         _ = token
     }
 }
+
+/// Applies actions as one received batch (generic: the compiler crashes on the concrete
+/// `throws(Never)` closure form here).
+private func receiveAll<R: Reducer>(_ store: Store<R>, _ actions: [R.Action]) {
+    store.receiveBatch { apply in
+        for action in actions { try? apply(action) }
+    }
+}
+
+@Suite("Batches of received actions")
+struct ReceiveBatchTests {
+    @Test("a dispatch a subscriber makes during a batch runs before the batch returns, even after its last action")
+    func dispatchFromSubscriberDuringBatch() {
+        let store = Store(initialState: 0, reducer: Reduce<Int, Int> { state, action in state += action })
+        let reacted = Atomic<Bool>(false)
+        let token = store.subscribe { state in
+            // React once to the batch's last action with a dispatch of our own.
+            if state == 3, !reacted.exchange(true, ordering: .relaxed) {
+                store.dispatch(10)
+            }
+        }
+        defer { token.cancel() }
+        receiveAll(store, [1, 2])
+        #expect(store.state == 13, "the reaction ran before receiveBatch returned")
+    }
+}

@@ -348,15 +348,14 @@ final class FileLog: SequenceLog {
                 let elapsed = (ContinuousClock.now - start).components
                 lastFsyncMicroseconds = Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)
             }
+            let full = appendSize + pending.count >= segmentBytes
+            // Even under `never`, a segment is fsynced once when it is full: only the newest
+            // segment can then lose a tail in a power loss, so recovery always finds a
+            // consistent prefix. Before `appendSize` moves, so a failure truncates these records.
+            if full, mode == .never { try FileSystem.sync(appendFD, path: appendPath) }
             appendSize += pending.count
             pending.removeAll(keepingCapacity: pending.capacity <= 1 << 20)
-            if appendSize >= segmentBytes {
-                // Even under `never`, a segment is fsynced once when it is full: only the
-                // newest segment can then lose a tail in a power loss, so recovery always
-                // finds a consistent prefix (a hole in an older segment would refuse to start).
-                if mode == .never { try FileSystem.sync(appendFD, path: appendPath) }
-                closeSegment()
-            }
+            if full { closeSegment() }
         } catch {
             // Nothing uncommitted may survive: cut the segment back to its last good size.
             pending.removeAll()
