@@ -44,7 +44,7 @@ let package = Package(
         ),
         .testTarget(name: "StoreCoreTests", dependencies: ["StoreCore"]),
         .testTarget(name: "SyncProtocolTests", dependencies: ["SyncProtocol"]),
-        .testTarget(name: "BuiltinAppsTests", dependencies: ["BuiltinApps"]),
+        .testTarget(name: "BuiltinAppsTests", dependencies: ["BuiltinApps", "SyncCore"]),
         .testTarget(
             name: "SyncTests",
             dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncPOSIX"]

@@ -23,6 +23,7 @@ let usage = """
                         (100 selector subscriptions, exactly one of which changes per action)
       baseline.socket   action-sized frames through a Unix socket pair (the hub's in-run baseline)
       hub.throughput    hub + 4 replica processes, json app: actions/s fully applied by all
+      codable.apply     decode a wire action and apply it, Codable codec vs hand-written (counter)
       hub.latency       dispatch→ack round trip of one replica with 3 more attached, unloaded
       hydrate           a new replica attaching to a 1 MiB state: connect to applied welcome, ms
       resume            a replica resuming 10,000 missed actions: hello to the last one read, ms
@@ -73,6 +74,7 @@ struct SyncBench {
                 report(storeDispatch(selectors: 0, quick: quick))
                 report(storeDispatch(selectors: 100, quick: quick))
             }
+            if wanted("codable") || wanted("handwritten") { codableApply(quick: quick).forEach(report) }
             if wanted("baseline.socket") { report(try socketBaseline(frames: quick ? 100_000 : 2_000_000)) }
             if wanted("hub") {
                 report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000))

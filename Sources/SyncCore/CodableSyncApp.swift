@@ -1,0 +1,80 @@
+/// A ``SyncApp`` whose wire codec comes from `Codable`: no hand-written
+/// `decodeAction`/`encodeAction`/`encodeState`/`decodeState`.
+///
+/// Actions and state go through ``JSONValueEncoder`` and ``JSONValueDecoder`` (not
+/// Foundation's `JSONEncoder`). Make the action enum ``TaggedEnumCodable`` so that actions
+/// travel as `{"type":"case",…}` objects that clients in other languages can write:
+///
+/// ```swift
+/// struct Tally: CodableSyncApp {
+///     struct State: Codable, Equatable, Sendable { var count = 0 }
+///     enum Action: TaggedEnumCodable, Sendable {
+///         case add(amount: Int)
+///         case reset
+///     }
+///     static let name = "tally"
+///     static let version = "1"
+///     var initialState: State { State() }
+///     func reduce(into state: inout State, action: Action) {
+///         switch action {
+///         case .add(let amount): state.count += amount
+///         case .reset: state.count = 0
+///         }
+///     }
+/// }
+/// ```
+///
+/// `{"type":"add","amount":2}` is then an action on the wire, and the state's digest is the
+/// digest of `{"count":2}`, exactly as if the codec were written by hand.
+public protocol CodableSyncApp: SyncApp where State: Codable, Action: Codable {}
+
+extension CodableSyncApp {
+    /// Decodes an action with ``JSONValueDecoder``.
+    ///
+    /// - Parameter json: The action's JSON.
+    /// - Returns: The action.
+    /// - Throws: ``AppCodingError`` naming the path and what was expected.
+    public func decodeAction(_ json: JSON) throws(AppCodingError) -> Action {
+        try JSONValueDecoder().decode(Action.self, from: json)
+    }
+
+    /// Encodes an action with ``JSONValueEncoder``.
+    ///
+    /// An action that has no exact JSON form (a non-finite double, an integer beyond
+    /// ±(2^53 − 1)) becomes `{"unencodable":"<why>"}`, which the hub refuses with `bad-action`
+    /// and that reason: the dispatcher is told, nothing is applied.
+    ///
+    /// - Parameter action: The action.
+    /// - Returns: Its JSON.
+    public func encodeAction(_ action: Action) -> JSON {
+        do {
+            return try JSONValueEncoder().encode(action)
+        } catch {
+            return ["unencodable": .string(error.message)]
+        }
+    }
+
+    /// Encodes the state with ``JSONValueEncoder``.
+    ///
+    /// A state that has no exact JSON form is written as `{"unencodable":"<why>"}`; keep
+    /// states to finite numbers and integers within ±(2^53 − 1) (store larger ones as strings).
+    ///
+    /// - Parameter state: The state.
+    /// - Returns: Its JSON.
+    public func encodeState(_ state: State) -> JSON {
+        do {
+            return try JSONValueEncoder().encode(state)
+        } catch {
+            return ["unencodable": .string(error.message)]
+        }
+    }
+
+    /// Decodes the state with ``JSONValueDecoder``.
+    ///
+    /// - Parameter json: The state's JSON.
+    /// - Returns: The state.
+    /// - Throws: ``AppCodingError`` naming the path and what was expected.
+    public func decodeState(_ json: JSON) throws(AppCodingError) -> State {
+        try JSONValueDecoder().decode(State.self, from: json)
+    }
+}

@@ -1,0 +1,564 @@
+/// Encodes `Encodable` values into a ``JSON`` value: the wire codec of a Codable app.
+///
+/// Not Foundation's `JSONEncoder`: no bytes, no number formatting of its own (the canonical
+/// writer does that), and numbers follow the wire's rules: integers within ±(2^53 − 1) and
+/// finite doubles only, so a value never changes on its way through JSON. Enums that adopt
+/// ``TaggedEnumCodable`` travel as `{"type":"case",…}` objects that other languages can speak.
+public struct JSONValueEncoder: Sendable {
+    /// Creates an encoder.
+    public init() {}
+
+    /// Encodes a value.
+    ///
+    /// - Parameter value: The value.
+    /// - Returns: Its JSON.
+    /// - Throws: ``AppCodingError`` naming the coding path, for an integer beyond ±(2^53 − 1),
+    ///   a non-finite double, a tagged case with a member named `type`, or a value that encodes nothing.
+    public func encode<T: Encodable>(_ value: T) throws(AppCodingError) -> JSON {
+        do {
+            let box = EncodedBox()
+            try encodeValue(value, into: box, path: [])
+            return try box.materialize(path: [])
+        } catch let error as AppCodingError {
+            throw error
+        } catch {
+            throw AppCodingError(String(describing: error))
+        }
+    }
+}
+
+/// Decodes `Decodable` values from a ``JSON`` value; the counterpart of ``JSONValueEncoder``.
+public struct JSONValueDecoder: Sendable {
+    /// Creates a decoder.
+    public init() {}
+
+    /// Decodes a value.
+    ///
+    /// - Parameters:
+    ///   - type: The type.
+    ///   - json: The JSON.
+    /// - Returns: The value.
+    /// - Throws: ``AppCodingError`` naming the coding path and what was expected.
+    public func decode<T: Decodable>(_ type: T.Type, from json: JSON) throws(AppCodingError) -> T {
+        do {
+            return try decodeValue(type, from: json, path: [])
+        } catch let error as AppCodingError {
+            throw error
+        } catch let error as DecodingError {
+            throw AppCodingError(describe(error))
+        } catch {
+            throw AppCodingError(String(describing: error))
+        }
+    }
+}
+
+/// An enum whose cases travel as JSON objects tagged with a `"type"` member:
+/// `case setLimitText(String)` ↔ `{"type":"setLimitText","text":"5"}`.
+///
+/// Adopt it on an enum with synthesized `Codable`. Labeled associated values keep their
+/// labels as member names; unlabeled ones are `_0`, `_1`, … unless ``memberNames`` names them.
+/// A case without associated values is `{"type":"case"}`. No member may be called `type`.
+public protocol TaggedEnumCodable: Codable {
+    /// Member names for unlabeled associated values, by case: `["setLimitText": ["text"]]`
+    /// names `_0` of `setLimitText` `text` on the wire. Default: none.
+    static var memberNames: [String: [String]] { get }
+}
+
+extension TaggedEnumCodable {
+    /// No renames: labels, or `_0`, `_1`, ….
+    public static var memberNames: [String: [String]] { [:] }
+}
+
+// MARK: - Tagged enums
+
+/// `{"case":{members}}` (synthesized) → `{"type":"case", members}` (the wire).
+private func flattenTagged(_ json: JSON, names: [String: [String]], path: [any CodingKey]) throws(AppCodingError) -> JSON {
+    guard case .object(let outer) = json, outer.count == 1, let (caseKey, payload) = outer.first else {
+        throw AppCodingError("\(describe(path)): a TaggedEnumCodable value must be an enum with synthesized Codable (one case key), got \(json.canonicalString)")
+    }
+    var members: [JSONKey: JSON] = ["type": .string(caseKey.string)]
+    guard case .object(let fields) = payload else {
+        throw AppCodingError("\(describe(path)): case \(caseKey.string) did not encode as an object")
+    }
+    let renames = names[caseKey.string] ?? []
+    for (key, value) in fields {
+        var name = key.string
+        if name.hasPrefix("_"), let index = Int(name.dropFirst()), index < renames.count { name = renames[index] }
+        guard JSONKey(name) != "type" else {
+            throw AppCodingError("\(describe(path)): case \(caseKey.string) has a member named \"type\", which the tag uses; rename it")
+        }
+        members[JSONKey(name)] = value
+    }
+    return .object(members)
+}
+
+/// `{"type":"case", members}` (the wire) → `{"case":{members}}` (what synthesized `Codable` reads).
+private func nestTagged(_ json: JSON, names: [String: [String]], path: [any CodingKey]) throws -> JSON {
+    guard case .object(var members) = json, let tag = members.removeValue(forKey: "type")?.stringValue else {
+        throw AppCodingError("\(describe(path)): expected an object with a string \"type\" naming the case, got \(json.canonicalString)")
+    }
+    let renames = names[tag] ?? []
+    var fields: [JSONKey: JSON] = [:]
+    for (key, value) in members {
+        if let index = renames.firstIndex(where: { JSONKey($0) == key }) {
+            fields[JSONKey("_\(index)")] = value
+        } else {
+            fields[key] = value
+        }
+    }
+    return .object([JSONKey(tag): .object(fields)])
+}
+
+// MARK: - Encoding
+
+/// A node of the value being built; containers hold references so nested containers can
+/// be filled after they are handed out, as `Encoder` requires.
+private final class EncodedBox {
+    enum Kind {
+        case unset
+        case value(JSON)
+        case object([JSONKey: EncodedBox])
+        case array([EncodedBox])
+    }
+    var kind: Kind = .unset
+
+    func materialize(path: [any CodingKey]) throws(AppCodingError) -> JSON {
+        switch kind {
+        case .unset:
+            throw AppCodingError("\(describe(path)): the value encoded nothing")
+        case .value(let json):
+            return json
+        case .object(let members):
+            var result: [JSONKey: JSON] = [:]
+            for (key, box) in members {
+                result[key] = try box.materialize(path: path + [AnyKey(key.string)])
+            }
+            return .object(result)
+        case .array(let elements):
+            var result: [JSON] = []
+            result.reserveCapacity(elements.count)
+            for (index, box) in elements.enumerated() {
+                result.append(try box.materialize(path: path + [AnyKey(index)]))
+            }
+            return .array(result)
+        }
+    }
+
+    func set(_ key: JSONKey, _ child: EncodedBox) {
+        if case .object(var members) = kind {
+            kind = .unset
+            members[key] = child
+            kind = .object(members)
+        } else {
+            kind = .object([key: child])
+        }
+    }
+
+    func append(_ child: EncodedBox) {
+        if case .array(var elements) = kind {
+            kind = .unset
+            elements.append(child)
+            kind = .array(elements)
+        } else {
+            kind = .array([child])
+        }
+    }
+}
+
+/// The largest integer every JSON implementation reads back exactly.
+private let maxExactInteger = 9_007_199_254_740_991
+
+private func encodeValue<T: Encodable>(_ value: T, into box: EncodedBox, path: [any CodingKey]) throws {
+    switch value {
+    case let v as Bool: box.kind = .value(.bool(v))
+    case let v as String: box.kind = .value(.string(v))
+    case let v as Double: box.kind = .value(try number(v, path))
+    case let v as Float: box.kind = .value(try number(Double(v), path))
+    case let v as Int: box.kind = .value(try integer(v, path))
+    case let v as Int8: box.kind = .value(try integer(Int(v), path))
+    case let v as Int16: box.kind = .value(try integer(Int(v), path))
+    case let v as Int32: box.kind = .value(try integer(Int(v), path))
+    case let v as Int64: box.kind = .value(try integer(Int(v), path))
+    case let v as UInt: box.kind = .value(try unsigned(UInt64(v), path))
+    case let v as UInt8: box.kind = .value(try unsigned(UInt64(v), path))
+    case let v as UInt16: box.kind = .value(try unsigned(UInt64(v), path))
+    case let v as UInt32: box.kind = .value(try unsigned(UInt64(v), path))
+    case let v as UInt64: box.kind = .value(try unsigned(v, path))
+    case let v as JSON: box.kind = .value(v)
+    default:
+        if let tagged = value as? any TaggedEnumCodable {
+            let inner = EncodedBox()
+            try value.encode(to: ValueEncoder(box: inner, codingPath: path))
+            let names = type(of: tagged).memberNames
+            box.kind = .value(try flattenTagged(try inner.materialize(path: path), names: names, path: path))
+        } else {
+            try value.encode(to: ValueEncoder(box: box, codingPath: path))
+        }
+    }
+}
+
+private func number(_ value: Double, _ path: [any CodingKey]) throws(AppCodingError) -> JSON {
+    guard value.isFinite else { throw AppCodingError("\(describe(path)): \(value) has no JSON form; use a finite number") }
+    return .number(value)
+}
+
+private func integer(_ value: Int, _ path: [any CodingKey]) throws(AppCodingError) -> JSON {
+    guard abs(value) <= maxExactInteger else {
+        throw AppCodingError("\(describe(path)): \(value) is beyond ±(2^53 − 1), which JSON carries exactly; encode it as a string")
+    }
+    return JSON(value)
+}
+
+private func unsigned(_ value: UInt64, _ path: [any CodingKey]) throws(AppCodingError) -> JSON {
+    guard value <= UInt64(maxExactInteger) else {
+        throw AppCodingError("\(describe(path)): \(value) is beyond 2^53 − 1, which JSON carries exactly; encode it as a string")
+    }
+    return JSON(value)
+}
+
+private struct ValueEncoder: Encoder {
+    let box: EncodedBox
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+        if case .object = box.kind {} else { box.kind = .object([:]) }
+        return KeyedEncodingContainer(KeyedEncoding<Key>(box: box, codingPath: codingPath))
+    }
+
+    func unkeyedContainer() -> any UnkeyedEncodingContainer {
+        if case .array = box.kind {} else { box.kind = .array([]) }
+        return UnkeyedEncoding(box: box, codingPath: codingPath)
+    }
+
+    func singleValueContainer() -> any SingleValueEncodingContainer {
+        SingleValueEncoding(box: box, codingPath: codingPath)
+    }
+}
+
+private struct KeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol {
+    let box: EncodedBox
+    let codingPath: [any CodingKey]
+
+    mutating func encodeNil(forKey key: Key) throws { box.set(JSONKey(key.stringValue), leaf(.null)) }
+
+    mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+        let child = EncodedBox()
+        try encodeValue(value, into: child, path: codingPath + [key])
+        box.set(JSONKey(key.stringValue), child)
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type,
+                                                        forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
+        let child = EncodedBox()
+        child.kind = .object([:])
+        box.set(JSONKey(key.stringValue), child)
+        return KeyedEncodingContainer(KeyedEncoding<NestedKey>(box: child, codingPath: codingPath + [key]))
+    }
+
+    mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
+        let child = EncodedBox()
+        child.kind = .array([])
+        box.set(JSONKey(key.stringValue), child)
+        return UnkeyedEncoding(box: child, codingPath: codingPath + [key])
+    }
+
+    mutating func superEncoder() -> any Encoder {
+        let child = EncodedBox()
+        box.set("super", child)
+        return ValueEncoder(box: child, codingPath: codingPath + [AnyKey("super")])
+    }
+
+    mutating func superEncoder(forKey key: Key) -> any Encoder {
+        let child = EncodedBox()
+        box.set(JSONKey(key.stringValue), child)
+        return ValueEncoder(box: child, codingPath: codingPath + [key])
+    }
+}
+
+private struct UnkeyedEncoding: UnkeyedEncodingContainer {
+    let box: EncodedBox
+    let codingPath: [any CodingKey]
+    private(set) var count = 0
+
+    init(box: EncodedBox, codingPath: [any CodingKey]) {
+        self.box = box
+        self.codingPath = codingPath
+        if case .array(let elements) = box.kind { count = elements.count }
+    }
+
+    mutating func encodeNil() throws {
+        box.append(leaf(.null))
+        count += 1
+    }
+
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        let child = EncodedBox()
+        try encodeValue(value, into: child, path: codingPath + [AnyKey(count)])
+        box.append(child)
+        count += 1
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
+        let child = EncodedBox()
+        child.kind = .object([:])
+        box.append(child)
+        defer { count += 1 }
+        return KeyedEncodingContainer(KeyedEncoding<NestedKey>(box: child, codingPath: codingPath + [AnyKey(count)]))
+    }
+
+    mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
+        let child = EncodedBox()
+        child.kind = .array([])
+        box.append(child)
+        defer { count += 1 }
+        return UnkeyedEncoding(box: child, codingPath: codingPath + [AnyKey(count)])
+    }
+
+    mutating func superEncoder() -> any Encoder {
+        let child = EncodedBox()
+        box.append(child)
+        defer { count += 1 }
+        return ValueEncoder(box: child, codingPath: codingPath + [AnyKey(count)])
+    }
+}
+
+private struct SingleValueEncoding: SingleValueEncodingContainer {
+    let box: EncodedBox
+    let codingPath: [any CodingKey]
+
+    mutating func encodeNil() throws { box.kind = .value(.null) }
+
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        try encodeValue(value, into: box, path: codingPath)
+    }
+}
+
+private func leaf(_ json: JSON) -> EncodedBox {
+    let box = EncodedBox()
+    box.kind = .value(json)
+    return box
+}
+
+// MARK: - Decoding
+
+private func decodeValue<T: Decodable>(_ type: T.Type, from json: JSON, path: [any CodingKey]) throws -> T {
+    func mismatch(_ expected: String) -> DecodingError {
+        .typeMismatch(T.self, .init(codingPath: path, debugDescription: "expected \(expected), got \(json.canonicalString)"))
+    }
+    // Metatype comparisons are pointer compares; `is X.Type` would be a dynamic cast each.
+    let requested = ObjectIdentifier(type)
+    if requested == ObjectIdentifier(String.self) {
+        guard case .string(let v) = json else { throw mismatch("a string") }
+        return try cast(v, path)
+    }
+    if requested == ObjectIdentifier(Int.self) { return try cast(try exactInteger(json, path, mismatch) as Int, path) }
+    if requested == ObjectIdentifier(Bool.self) {
+        guard case .bool(let v) = json else { throw mismatch("a boolean") }
+        return try cast(v, path)
+    }
+    if requested == ObjectIdentifier(Double.self) {
+        guard case .number(let v) = json else { throw mismatch("a number") }
+        return try cast(v, path)
+    }
+    switch type {
+    case is Float.Type:
+        guard case .number(let v) = json else { throw mismatch("a number") }
+        return try cast(Float(v), path)
+    case is Int8.Type: return try cast(try exactInteger(json, path, mismatch) as Int8, path)
+    case is Int16.Type: return try cast(try exactInteger(json, path, mismatch) as Int16, path)
+    case is Int32.Type: return try cast(try exactInteger(json, path, mismatch) as Int32, path)
+    case is Int64.Type: return try cast(try exactInteger(json, path, mismatch) as Int64, path)
+    case is UInt.Type: return try cast(try exactInteger(json, path, mismatch) as UInt, path)
+    case is UInt8.Type: return try cast(try exactInteger(json, path, mismatch) as UInt8, path)
+    case is UInt16.Type: return try cast(try exactInteger(json, path, mismatch) as UInt16, path)
+    case is UInt32.Type: return try cast(try exactInteger(json, path, mismatch) as UInt32, path)
+    case is UInt64.Type: return try cast(try exactInteger(json, path, mismatch) as UInt64, path)
+    case is JSON.Type: return try cast(json, path)
+    default:
+        if let tagged = type as? any TaggedEnumCodable.Type {
+            let nested = try nestTagged(json, names: tagged.memberNames, path: path)
+            return try T(from: ValueDecoder(json: nested, codingPath: path))
+        }
+        return try T(from: ValueDecoder(json: json, codingPath: path))
+    }
+}
+
+/// `value` as `T`, which the caller has checked it is (no trap either way).
+private func cast<T>(_ value: Any, _ path: [any CodingKey]) throws -> T {
+    guard let result = value as? T else {
+        throw DecodingError.typeMismatch(T.self, .init(codingPath: path, debugDescription: "internal: \(type(of: value)) is not \(T.self)"))
+    }
+    return result
+}
+
+private func exactInteger<I: FixedWidthInteger>(_ json: JSON, _ path: [any CodingKey],
+                                                _ mismatch: (String) -> DecodingError) throws -> I {
+    guard case .number(let value) = json, value.rounded() == value, abs(value) <= Double(maxExactInteger),
+          let exact = I(exactly: value) else {
+        throw mismatch("an integer that fits \(I.self) (within ±(2^53 − 1))")
+    }
+    return exact
+}
+
+private struct ValueDecoder: Decoder {
+    let json: JSON
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        guard case .object(let members) = json else {
+            throw DecodingError.typeMismatch([String: JSON].self,
+                                             .init(codingPath: codingPath, debugDescription: "expected an object, got \(json.canonicalString)"))
+        }
+        return KeyedDecodingContainer(KeyedDecoding<Key>(members: members, codingPath: codingPath))
+    }
+
+    func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        guard case .array(let elements) = json else {
+            throw DecodingError.typeMismatch([JSON].self,
+                                             .init(codingPath: codingPath, debugDescription: "expected an array, got \(json.canonicalString)"))
+        }
+        return UnkeyedDecoding(elements: elements, codingPath: codingPath)
+    }
+
+    func singleValueContainer() throws -> any SingleValueDecodingContainer {
+        SingleValueDecoding(json: json, codingPath: codingPath)
+    }
+}
+
+private struct KeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    let members: [JSONKey: JSON]
+    let codingPath: [any CodingKey]
+
+    var allKeys: [Key] { members.keys.compactMap { Key(stringValue: $0.string) } }
+
+    func contains(_ key: Key) -> Bool { members[JSONKey(key.stringValue)] != nil }
+
+    private func value(_ key: Key) throws -> JSON {
+        guard let value = members[JSONKey(key.stringValue)] else {
+            throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "no member \"\(key.stringValue)\""))
+        }
+        return value
+    }
+
+    func decodeNil(forKey key: Key) throws -> Bool { try value(key).isNull }
+
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        try decodeValue(type, from: try value(key), path: codingPath + [key])
+    }
+
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type,
+                                               forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
+        try ValueDecoder(json: try value(key), codingPath: codingPath + [key]).container(keyedBy: type)
+    }
+
+    func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
+        try ValueDecoder(json: try value(key), codingPath: codingPath + [key]).unkeyedContainer()
+    }
+
+    func superDecoder() throws -> any Decoder {
+        ValueDecoder(json: members["super"] ?? .null, codingPath: codingPath + [AnyKey("super")])
+    }
+
+    func superDecoder(forKey key: Key) throws -> any Decoder {
+        ValueDecoder(json: members[JSONKey(key.stringValue)] ?? .null, codingPath: codingPath + [key])
+    }
+}
+
+private struct UnkeyedDecoding: UnkeyedDecodingContainer {
+    let elements: [JSON]
+    let codingPath: [any CodingKey]
+    private(set) var currentIndex = 0
+
+    init(elements: [JSON], codingPath: [any CodingKey]) {
+        self.elements = elements
+        self.codingPath = codingPath
+    }
+
+    var count: Int? { elements.count }
+    var isAtEnd: Bool { currentIndex >= elements.count }
+
+    private mutating func next<T>(_ type: T.Type) throws -> (JSON, [any CodingKey]) {
+        guard !isAtEnd else {
+            throw DecodingError.valueNotFound(type, .init(codingPath: codingPath + [AnyKey(currentIndex)],
+                                                          debugDescription: "the array has only \(elements.count) elements"))
+        }
+        defer { currentIndex += 1 }
+        return (elements[currentIndex], codingPath + [AnyKey(currentIndex)])
+    }
+
+    mutating func decodeNil() throws -> Bool {
+        guard !isAtEnd, elements[currentIndex].isNull else { return false }
+        currentIndex += 1
+        return true
+    }
+
+    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        let (json, path) = try next(type)
+        return try decodeValue(type, from: json, path: path)
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
+        let (json, path) = try next([String: JSON].self)
+        return try ValueDecoder(json: json, codingPath: path).container(keyedBy: type)
+    }
+
+    mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        let (json, path) = try next([JSON].self)
+        return try ValueDecoder(json: json, codingPath: path).unkeyedContainer()
+    }
+
+    mutating func superDecoder() throws -> any Decoder {
+        let (json, path) = try next(JSON.self)
+        return ValueDecoder(json: json, codingPath: path)
+    }
+}
+
+private struct SingleValueDecoding: SingleValueDecodingContainer {
+    let json: JSON
+    let codingPath: [any CodingKey]
+
+    func decodeNil() -> Bool { json.isNull }
+
+    func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        try decodeValue(type, from: json, path: codingPath)
+    }
+}
+
+// MARK: - Paths and messages
+
+/// A coding key for array indices and renamed members.
+private struct AnyKey: CodingKey {
+    let stringValue: String
+    let intValue: Int?
+    init(_ string: String) {
+        stringValue = string
+        intValue = nil
+    }
+    init(_ index: Int) {
+        stringValue = "\(index)"
+        intValue = index
+    }
+    init?(stringValue: String) { self.init(stringValue) }
+    init?(intValue: Int) { self.init(intValue) }
+}
+
+/// `at /a/0/b` (a JSON Pointer-like path), or `at the top level`.
+private func describe(_ path: [any CodingKey]) -> String {
+    path.isEmpty ? "at the top level" : "at /" + path.map(\.stringValue).joined(separator: "/")
+}
+
+private func describe(_ error: DecodingError) -> String {
+    switch error {
+    case .typeMismatch(_, let context), .valueNotFound(_, let context), .keyNotFound(_, let context),
+         .dataCorrupted(let context):
+        let path = context.codingPath
+        if case .keyNotFound(let key, _) = error {
+            return "\(describe(path)): missing member \"\(key.stringValue)\""
+        }
+        return "\(describe(path)): \(context.debugDescription)"
+    @unknown default:
+        return String(describing: error)
+    }
+}

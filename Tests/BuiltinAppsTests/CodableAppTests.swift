@@ -1,0 +1,129 @@
+import BuiltinApps
+import SyncCore
+import Testing
+
+/// Seed 000's counter again, with its codec from `Codable`: the wire forms and digests must
+/// equal the hand-written `CounterApp`'s.
+struct CodableCounter: CodableSyncApp {
+    struct State: Codable, Equatable, Sendable {
+        var count = 0
+        var isIncrementing = true
+        var limitText = ""
+    }
+
+    enum Action: TaggedEnumCodable, Equatable, Sendable {
+        case increment
+        case decrement
+        case setIncrementing(Bool)
+        case setLimitText(String)
+
+        static let memberNames = ["setIncrementing": ["value"], "setLimitText": ["text"]]
+    }
+
+    static let name = "counter"
+    static let version = "1"
+    var initialState: State { State() }
+
+    func reduce(into state: inout State, action: Action) {
+        switch action {
+        case .increment: state.count += state.isIncrementing ? 1 : -1
+        case .decrement: state.count -= 1
+        case .setIncrementing(let value): state.isIncrementing = value
+        case .setLimitText(let text): state.limitText = text
+        }
+    }
+}
+
+/// Labeled associated values, nesting, optionals, arrays.
+enum Shape: TaggedEnumCodable, Equatable, Sendable {
+    case circle(radius: Double)
+    case polygon(points: [Point], name: String?)
+    case empty
+}
+
+struct Point: Codable, Equatable, Sendable {
+    var x: Int
+    var y: Int
+}
+
+@Suite("Codable apps: JSONValueEncoder / JSONValueDecoder")
+struct CodableAppTests {
+    @Test("actions travel as {\"type\":…} objects, exactly as the hand-written counter writes them")
+    func actionsMatchHandWritten() throws {
+        let codable = CodableCounter(), manual = CounterApp()
+        let pairs: [(CodableCounter.Action, CounterApp.Action)] = [
+            (.increment, .increment), (.decrement, .decrement),
+            (.setIncrementing(false), .setIncrementing(false)), (.setLimitText("5"), .setLimitText("5")),
+        ]
+        for (mine, theirs) in pairs {
+            let json = codable.encodeAction(mine)
+            #expect(json.canonicalBytes == manual.encodeAction(theirs).canonicalBytes, "\(json.canonicalString)")
+            #expect(try codable.decodeAction(json) == mine)
+            #expect(try manual.decodeAction(json) == theirs)
+        }
+    }
+
+    @Test("the digest of a Codable state equals the digest of the same state written by hand")
+    func digestsMatchHandWritten() throws {
+        var state = CodableCounter.State()
+        state.count = 7
+        state.limitText = "e\u{301}"
+        let manual = CounterApp.State(count: 7, isIncrementing: true, limitText: "e\u{301}")
+        #expect(CodableCounter().digest(of: state) == CounterApp().digest(of: manual))
+        #expect(try CodableCounter().decodeState(CounterApp().encodeState(manual)) == state)
+    }
+
+    @Test("labeled values, nesting, optionals and arrays round-trip; the wire form is readable")
+    func roundTrip() throws {
+        let shapes: [Shape] = [
+            .circle(radius: 1.5), .polygon(points: [Point(x: 1, y: 2), Point(x: -3, y: 4)], name: "tri"),
+            .polygon(points: [], name: nil), .empty,
+        ]
+        for shape in shapes {
+            let json = try JSONValueEncoder().encode(shape)
+            #expect(try JSONValueDecoder().decode(Shape.self, from: json) == shape)
+        }
+        #expect(try JSONValueEncoder().encode(Shape.circle(radius: 2)) == ["type": "circle", "radius": 2])
+        #expect(try JSONValueEncoder().encode(Shape.empty) == ["type": "empty"])
+        #expect(try JSONValueEncoder().encode([Shape.empty]) == [["type": "empty"]])
+    }
+
+    @Test("what JSON cannot carry exactly is refused with the path, never rounded")
+    func refusals() throws {
+        #expect(throws: AppCodingError.self) { try JSONValueEncoder().encode(["big": Int.max]) }
+        #expect(throws: AppCodingError.self) { try JSONValueEncoder().encode(Point(x: 1 << 60, y: 0)) }
+        #expect(throws: AppCodingError.self) { try JSONValueEncoder().encode([Double.nan]) }
+        do {
+            _ = try JSONValueDecoder().decode(Point.self, from: ["x": 1.5, "y": 2])
+            Issue.record("1.5 is not an Int")
+        } catch {
+            #expect(error.message.contains("/x"), "\(error.message)")
+        }
+        do {
+            _ = try JSONValueDecoder().decode(Shape.self, from: ["type": "hexagon"])
+            Issue.record("an unknown case must be refused")
+        } catch {
+            #expect(!error.message.isEmpty)
+        }
+        #expect(throws: AppCodingError.self) { try JSONValueDecoder().decode(Shape.self, from: ["radius": 1]) }
+        #expect(throws: AppCodingError.self) { try JSONValueDecoder().decode(Point.self, from: ["x": 1]) }
+        // An unencodable action is sent as something the hub refuses with the reason.
+        struct Wide: CodableSyncApp {
+            typealias State = Int
+            enum Action: TaggedEnumCodable, Sendable { case add(Int) }
+            static let name = "wide"
+            static let version = "1"
+            var initialState: Int { 0 }
+            func reduce(into state: inout Int, action: Action) {}
+        }
+        #expect(Wide().encodeAction(.add(Int.max))["unencodable"] != nil)
+    }
+
+    @Test("a Codable app runs in a store like any other")
+    func inAStore() {
+        let store = Store(initialState: CodableCounter().initialState, reducer: CodableCounter())
+        store.dispatch(.increment)
+        store.dispatch(.setLimitText("3"))
+        #expect(store.state == CodableCounter.State(count: 1, isIncrementing: true, limitText: "3"))
+    }
+}
