@@ -121,7 +121,8 @@ public final class Hub<App: SyncApp>: Sendable {
         let elapsed = ContinuousClock.now - started
         let milliseconds = Int(nanoseconds: elapsed) / 1_000_000
         let files = recovery.files.isEmpty ? "a new data directory" : recovery.files.joined(separator: ", ")
-        log("hubd: recovered seq \(sequencer.seq) (snapshot at seq \(recovery.snapshot?.seq ?? 0) + \(recovery.records.count) journal records) from \(files) in \(milliseconds) ms; history \(recovery.history), fsync \(configuration.fsync.rawValue)")
+        let base = recovery.snapshot.map { "snapshot at seq \($0.seq)" } ?? "no snapshot"
+        log("hubd: recovered seq \(sequencer.seq) (\(base) + \(recovery.records.count) journal records) from \(files) in \(milliseconds) ms; history \(recovery.history), fsync \(configuration.fsync.rawValue)")
         return sequencer
     }
 

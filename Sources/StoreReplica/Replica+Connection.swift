@@ -88,7 +88,7 @@ extension Replica {
             Console.error("StoreReplica: diverged from the hub at seq \(seq): \(why); re-hydrating from the hub's state")
             notify(observers, .connection(.diverged(seq: seq, reason: why)))
         } else {
-            notify(observers, .connection(.dropped(reason: reason.description)))
+            notify(observers, .connection(.dropped(reason: reason.plainMessage)))
         }
     }
 

@@ -399,6 +399,13 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         return id
     }
 
+    /// Whether an action's `origin` is this replica: one of the replica ids it has held in the
+    /// current history (each reconnection gets a new one).
+    ///
+    /// - Parameter origin: The `origin` of a sequenced action.
+    /// - Returns: Whether this replica dispatched it.
+    public func isOwn(origin: Int) -> Bool { shared.withLock { $0.ownReplicas.contains(origin) } }
+
     /// How many times this replica found its state differing from the hub's (a checkpoint
     /// mismatch, or an action it could not apply) and healed it by re-hydrating.
     public var divergences: Int { shared.withLock { $0.divergences } }

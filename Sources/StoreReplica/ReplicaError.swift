@@ -17,6 +17,12 @@ public enum ReplicaError: Error, Sendable, Equatable, CustomStringConvertible {
     /// or different code on the two sides). A reconnecting replica heals by re-hydrating.
     case diverged(String)
 
+    /// The message without the `disconnected: ` prefix a dropped link's reason would repeat.
+    var plainMessage: String {
+        if case .disconnected(let message) = self { return message }
+        return description
+    }
+
     /// Whether this replica's state was found to differ from the hub's.
     var isDivergence: Bool {
         if case .diverged = self { return true }

@@ -34,7 +34,8 @@ struct Interactive<App: SyncApp> {
                 if json {
                     Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
                 } else {
-                    Console.out("#\(seq) from replica \(origin)\(origin == me ? " (you)" : ""): \(action.canonicalString)")
+                    // Own: any replica id this replica held in this history (they change on reconnect).
+                    Console.out("#\(seq) from replica \(origin)\(replica.isOwn(origin: origin) ? " (you)" : ""): \(action.canonicalString)")
                 }
             case .rejected(let id, let error):
                 if json {

@@ -21,7 +21,8 @@ let usage = """
                              or the app's shorthand, see below) or a command: :state, :digest,
                              :status, :help, :quit. Every sequenced action is printed as
                              "#SEQ from replica N: ACTION" ("(you)" marks this replica's own).
-                             Ends at end of input or :quit (exit 0), or when the hub goes (exit 1).
+                             Ends at end of input or :quit (exit 0); rides through hub restarts
+                             (see --no-reconnect, with which it ends when the hub goes, exit 1).
                              Each line is dispatched and acknowledged before the next is read,
                              so a later line (such as a thunk) sees the effect of earlier ones.
                              :digest first waits for everything sequenced so far, then prints
@@ -41,7 +42,8 @@ let usage = """
                              {"digest":…,"seq":…,"state":…}; the digest is always of the whole state.
       watch                  Print every sequenced action as one JSON line (NDJSON):
                              {"action":…,"id":…,"origin":…,"seq":…}, until SIGINT or SIGTERM
-                             (exit 0) or until the hub goes (exit 1).
+                             (exit 0); rides through hub restarts, or with --no-reconnect ends
+                             when the hub goes (exit 1).
       status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
                              attached replicas). With --json print the hub's status message.
 
