@@ -127,3 +127,31 @@ struct CodableAppTests {
         #expect(store.state == CodableCounter.State(count: 1, isIncrementing: true, limitText: "3"))
     }
 }
+
+/// The README's Codable example, as written there.
+struct Tally: CodableSyncApp {
+    struct State: Codable, Equatable, Sendable { var count = 0 }
+    enum Action: TaggedEnumCodable, Sendable {
+        case add(amount: Int)          // {"type":"add","amount":2}
+        case reset                     // {"type":"reset"}
+    }
+    static let name = "tally"
+    static let version = "1"
+    var initialState: State { State() }
+    func reduce(into state: inout State, action: Action) {
+        switch action {
+        case .add(let amount): state.count += amount
+        case .reset: state.count = 0
+        }
+    }
+}
+
+@Test("the README's Tally app speaks the wire form the README shows")
+func readmeTally() throws {
+    let app = Tally()
+    #expect(app.encodeAction(.add(amount: 2)) == ["type": "add", "amount": 2])
+    #expect(app.encodeAction(.reset) == ["type": "reset"])
+    var state = app.initialState
+    app.reduce(into: &state, action: try app.decodeAction(["type": "add", "amount": 2]))
+    #expect(app.encodeState(state) == ["count": 2])
+}
