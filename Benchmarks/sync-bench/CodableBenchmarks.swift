@@ -1,40 +1,11 @@
 import BuiltinApps
 import SyncCore
 
-/// The counter with its codec from `Codable` (the same wire form as `CounterApp`).
-struct CodableCounterBench: CodableSyncApp {
-    struct State: Codable, Equatable, Sendable {
-        var count = 0
-        var isIncrementing = true
-        var limitText = ""
-    }
-
-    enum Action: TaggedEnumCodable, Sendable {
-        case increment, decrement
-        case setIncrementing(Bool)
-        case setLimitText(String)
-        static let memberNames = ["setIncrementing": ["value"], "setLimitText": ["text"]]
-    }
-
-    static let name = "counter"
-    static let version = "1"
-    var initialState: State { State() }
-
-    func reduce(into state: inout State, action: Action) {
-        switch action {
-        case .increment: state.count += state.isIncrementing ? 1 : -1
-        case .decrement: state.count -= 1
-        case .setIncrementing(let value): state.isIncrementing = value
-        case .setLimitText(let text): state.limitText = text
-        }
-    }
-}
-
 /// Decoding a wire action and applying it: the hand-written `CounterApp` codec, then the
 /// `Codable` one (`codable.apply`; goal: at most 1.5× the hand-written cost).
 func codableApply(quick: Bool) -> [Result] {
     let wire: JSON = ["type": "setLimitText", "text": "12"]
-    let manual = CounterApp(), codable = CodableCounterBench()
+    let manual = CounterApp(), codable = CodableCounterApp()
     var manualState = manual.initialState, codableState = codable.initialState
     let iterations = quick ? 20_000 : 200_000
     let handWritten = measure(rounds: quick ? 5 : 15, iterations: iterations) {

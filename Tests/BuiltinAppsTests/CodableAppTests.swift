@@ -2,37 +2,9 @@ import BuiltinApps
 import SyncCore
 import Testing
 
-/// Seed 000's counter again, with its codec from `Codable`: the wire forms and digests must
-/// equal the hand-written `CounterApp`'s.
-struct CodableCounter: CodableSyncApp {
-    struct State: Codable, Equatable, Sendable {
-        var count = 0
-        var isIncrementing = true
-        var limitText = ""
-    }
-
-    enum Action: TaggedEnumCodable, Equatable, Sendable {
-        case increment
-        case decrement
-        case setIncrementing(Bool)
-        case setLimitText(String)
-
-        static let memberNames = ["setIncrementing": ["value"], "setLimitText": ["text"]]
-    }
-
-    static let name = "counter"
-    static let version = "1"
-    var initialState: State { State() }
-
-    func reduce(into state: inout State, action: Action) {
-        switch action {
-        case .increment: state.count += state.isIncrementing ? 1 : -1
-        case .decrement: state.count -= 1
-        case .setIncrementing(let value): state.isIncrementing = value
-        case .setLimitText(let text): state.limitText = text
-        }
-    }
-}
+/// Seed 000's counter with its codec from `Codable` (BuiltinApps' `CodableCounterApp`): the
+/// wire forms and digests must equal the hand-written `CounterApp`'s.
+typealias CodableCounter = CodableCounterApp
 
 /// Labeled associated values, nesting, optionals, arrays.
 enum Shape: TaggedEnumCodable, Equatable, Sendable {
@@ -65,9 +37,7 @@ struct CodableAppTests {
 
     @Test("the digest of a Codable state equals the digest of the same state written by hand")
     func digestsMatchHandWritten() throws {
-        var state = CodableCounter.State()
-        state.count = 7
-        state.limitText = "e\u{301}"
+        let state = CodableCounter.State(count: 7, limitText: "e\u{301}")
         let manual = CounterApp.State(count: 7, isIncrementing: true, limitText: "e\u{301}")
         #expect(CodableCounter().digest(of: state) == CounterApp().digest(of: manual))
         #expect(try CodableCounter().decodeState(CounterApp().encodeState(manual)) == state)
@@ -122,9 +92,14 @@ struct CodableAppTests {
     @Test("a Codable app runs in a store like any other")
     func inAStore() {
         let store = Store(initialState: CodableCounter().initialState, reducer: CodableCounter())
-        store.dispatch(.increment)
-        store.dispatch(.setLimitText("3"))
-        #expect(store.state == CodableCounter.State(count: 1, isIncrementing: true, limitText: "3"))
+        let manual = Store(initialState: CounterApp().initialState, reducer: CounterApp())
+        for (mine, theirs) in [(CodableCounter.Action.increment, CounterApp.Action.increment),
+                               (.setLimitText("3"), .setLimitText("3")), (.setIncrementing(false), .setIncrementing(false))] {
+            store.dispatch(mine)
+            manual.dispatch(theirs)
+            #expect(CodableCounter().digest(of: store.state) == CounterApp().digest(of: manual.state))
+        }
+        #expect(store.state == CodableCounter.State(count: 1, isIncrementing: false, limitText: ""))
     }
 }
 
