@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "BuiltinApps", targets: ["BuiltinApps"]),
         .library(name: "StoreHub", targets: ["StoreHub"]),
         .library(name: "StoreReplica", targets: ["StoreReplica"]),
+        .library(name: "StoreSyncTesting", targets: ["StoreSyncTesting"]),
         .executable(name: "hubd", targets: ["hubd"]),
         .executable(name: "replica-cli", targets: ["replica-cli"]),
         .executable(name: "sync-bench", targets: ["sync-bench"]),
@@ -34,6 +35,8 @@ let package = Package(
         .target(name: "BuiltinApps", dependencies: ["SyncCore"]),
         .target(name: "StoreHub", dependencies: ["SyncCore", "SyncPOSIX"]),
         .target(name: "StoreReplica", dependencies: ["SyncCore", "SyncPOSIX"]),
+        // For users' test targets: TestStore (exhaustive reducer tests), DeterminismCheck.
+        .target(name: "StoreSyncTesting", dependencies: ["SyncCore"]),
         // Each executable declares every module it imports.
         .executableTarget(name: "hubd", dependencies: ["StoreHub", "BuiltinApps", "SyncCore", "SyncPOSIX"]),
         .executableTarget(name: "replica-cli", dependencies: ["StoreReplica", "BuiltinApps", "SyncCore", "SyncPOSIX"]),
@@ -44,7 +47,7 @@ let package = Package(
         ),
         .testTarget(name: "StoreCoreTests", dependencies: ["StoreCore"]),
         .testTarget(name: "SyncProtocolTests", dependencies: ["SyncProtocol"]),
-        .testTarget(name: "BuiltinAppsTests", dependencies: ["BuiltinApps", "SyncCore"]),
+        .testTarget(name: "BuiltinAppsTests", dependencies: ["BuiltinApps", "SyncCore", "StoreSyncTesting"]),
         .testTarget(
             name: "SyncTests",
             dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncPOSIX"]

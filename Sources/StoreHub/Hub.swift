@@ -49,7 +49,8 @@ public final class Hub<App: SyncApp>: Sendable {
     @inlinable
     public convenience init(app: App, configuration: HubConfiguration) throws(HubError) {
         // Inlinable so the engine's closures are specialised for `App` in the caller's module.
-        try self.init(app: app, engine: HubEngine(app: app), configuration: configuration)
+        try self.init(app: app, engine: HubEngine(app: app, checkDeterminism: configuration.checkDeterminism),
+                      configuration: configuration)
     }
 
     @usableFromInline

@@ -32,6 +32,10 @@ public struct HubConfiguration: Sendable {
     /// A `checkpoint` (the state's digest) follows every action whose seq is a multiple of
     /// this (default 10,000; 0 sends none).
     public var checkpointEvery: Int = 10_000
+    /// Applies every action to two copies of the state and refuses (`rejected`) one whose
+    /// results differ: a reducer that reads a clock, a random source or a global is caught
+    /// before it diverges the replicas (default off: it doubles the reducer's cost).
+    public var checkDeterminism = false
     /// Dispatch ids remembered per client session, at least (default 1,000).
     public var dedupWindow: Int = 1_000
     /// A connection that is not attached and sends no complete frame for this long, or that

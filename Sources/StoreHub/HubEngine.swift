@@ -32,7 +32,7 @@ struct HubEngine: Sendable {
     @usableFromInline let initialState: JSON
 
     @inlinable
-    init<App: SyncApp>(app: App) {
+    init<App: SyncApp>(app: App, checkDeterminism: Bool = false) {
         let store = Store(initialState: app.initialState, reducer: app)
         appName = App.name
         fingerprint = App.fingerprint
@@ -42,6 +42,9 @@ struct HubEngine: Sendable {
                 action = try app.decodeAction(json)
             } catch {
                 return .badAction(error.message)
+            }
+            if checkDeterminism, let refusal = Self.determinismRefusal(app, action: action, json: json, state: store.unobservedState) {
+                return .rejected(refusal)
             }
             do throws(App.Failure) {
                 try store.apply(action)
@@ -60,5 +63,27 @@ struct HubEngine: Sendable {
                 return error
             }
         }
+    }
+
+    /// `--check-determinism`: applies the action to two copies of the state (the second
+    /// decoded again from the wire form, as a replica receives it) and compares their digests.
+    ///
+    /// - Returns: Why the action is refused, or `nil` when both copies agree.
+    @inlinable
+    static func determinismRefusal<App: SyncApp>(_ app: App, action: App.Action, json: JSON, state: App.State) -> String? {
+        var first = state, second = state
+        let again: App.Action
+        do throws(AppCodingError) {
+            again = try app.decodeAction(json)
+        } catch {
+            return "the action does not decode twice alike (\(error.message)); --check-determinism refuses it"
+        }
+        let firstAccepted: Bool, secondAccepted: Bool
+        do throws(App.Failure) { try app.reduce(into: &first, action: action); firstAccepted = true } catch { firstAccepted = false }
+        do throws(App.Failure) { try app.reduce(into: &second, action: again); secondAccepted = true } catch { secondAccepted = false }
+        guard firstAccepted == secondAccepted, !firstAccepted || app.digest(of: first) == app.digest(of: second) else {
+            return "the reducer is not deterministic: applied twice to the same state, this action gave different results (a clock, a random value or a global read inside the reducer?); --check-determinism refuses it so that replicas cannot diverge. Choose such values in the dispatching process and carry them in the action"
+        }
+        return nil
     }
 }

@@ -16,6 +16,7 @@ let usage = """
     USAGE: hubd [--app NAME] [--socket PATH]
                 [--data-dir DIR [--fsync MODE] [--snapshot-every N] [--dedup-window N]]
                 [--backlog-bytes N] [--checkpoint-every N] [--idle-timeout SECONDS]
+                [--check-determinism]
                 [--max-frame-bytes N] [--max-queue-bytes N]
            hubd --check-data DIR [--repair]
            hubd --list-apps | --help
@@ -66,6 +67,10 @@ let usage = """
                              (hello, status, sync) for this long, or that holds half a frame
                              this long, gets error timeout and is closed (default 10).
                              Attached replicas that only listen are never timed out.
+      --check-determinism    Apply every action to two copies of the state (one decoded again
+                             from the wire) and refuse, with reject rejected, one whose results
+                             differ: catches a reducer that reads a clock, a random source or a
+                             global before it diverges replicas. Doubles the reducer's cost.
       --check-data DIR       Verify every snapshot and journal record in DIR offline, replay it,
                              print a summary (seqs, sizes, digest) and exit (0: usable, 1: not).
       --repair               With --check-data: truncate a torn tail (an incomplete or damaged
@@ -133,6 +138,7 @@ var dataDirectory: String?
 var fsyncMode: FsyncMode?
 var snapshotEvery: Int?
 var dedupWindow: Int?
+var checkDeterminism = false
 var backlogBytes: Int?
 var checkpointEvery: Int?
 var idleTimeout: Duration?
@@ -178,6 +184,7 @@ while let argument = arguments.next() {
         fsyncMode = mode
     case "--snapshot-every": snapshotEvery = positiveInt(for: argument, &arguments)
     case "--dedup-window": dedupWindow = positiveInt(for: argument, &arguments)
+    case "--check-determinism": checkDeterminism = true
     case "--backlog-bytes": backlogBytes = positiveInt(for: argument, &arguments)
     case "--checkpoint-every":
         let text = value(for: argument, &arguments)
@@ -236,4 +243,5 @@ if let dedupWindow { configuration.dedupWindow = dedupWindow }
 if let backlogBytes { configuration.backlogBytes = backlogBytes }
 if let checkpointEvery { configuration.checkpointEvery = checkpointEvery }
 if let idleTimeout { configuration.idleTimeout = idleTimeout }
+configuration.checkDeterminism = checkDeterminism
 serve(app, configuration: configuration)

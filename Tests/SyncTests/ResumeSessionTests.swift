@@ -448,6 +448,23 @@ extension MultiProcessTests {
             try await hub.stop()
         }
 
+        @Test("hubd --check-determinism refuses an action a random reducer would diverge on; a deterministic one passes")
+        func hubDeterminismCheck() async throws {
+            let hub = try InProcessHub(RandomPickApp()) { $0.checkDeterminism = true }
+            defer { Task { try? await hub.stop() } }
+            let replica = try hub.attach()
+            defer { replica.close() }
+            do {
+                try await replica.dispatch(.pick)
+                Issue.record("a reducer calling randomElement() must be refused under --check-determinism")
+            } catch {
+                #expect(error.wireError?.code == .rejected)
+                #expect(error.description.contains("not deterministic"), "\(error)")
+            }
+            #expect(try await replica.dispatch(.fixed("red")) == 1)
+            #expect(replica.store.state == ["red"])
+        }
+
         @Test("a replica rides a hub restart: queued dispatches are applied once, watch-style events see every seq once")
         func replicaRidesRestart() async throws {
             let fixture = try Fixture()
@@ -491,4 +508,36 @@ extension MultiProcessTests {
             _ = try await hub.waitForExit()
         }
     }
+}
+
+/// Seed 004's mistake, served by a hub: `pick` chooses a random colour inside the reducer.
+struct RandomPickApp: SyncApp {
+    typealias State = [String]
+    enum Action: Sendable, Equatable {
+        case pick
+        case fixed(String)
+    }
+    static let name = "pick"
+    static let version = "1"
+    var initialState: [String] { [] }
+    func reduce(into state: inout [String], action: Action) {
+        switch action {
+        case .pick: state.append("color-\(UInt64.random(in: 0...UInt64.max))")
+        case .fixed(let color): state.append(color)
+        }
+    }
+    func decodeAction(_ json: JSON) throws(AppCodingError) -> Action {
+        if let color = json["color"]?.stringValue { return .fixed(color) }
+        return .pick
+    }
+    func encodeAction(_ action: Action) -> JSON {
+        switch action {
+        case .pick: ["type": "pick"]
+        case .fixed(let color): ["type": "fixed", "color": .string(color)]
+        }
+    }
+    func encodeState(_ state: [String]) -> JSON { .array(state.map { .string($0) }) }
+    func decodeState(_ json: JSON) throws(AppCodingError) -> [String] { json.arrayValue?.compactMap(\.stringValue) ?? [] }
+    func describe(_ failure: Never) -> String {}
+    func command(_ line: String) throws(AppCodingError) -> AppCommand<[String], Action> { .action(encodeAction(.pick)) }
 }

@@ -1,0 +1,84 @@
+import BuiltinApps
+import StoreSyncTesting
+import SyncCore
+import Synchronization
+import Testing
+
+@Suite("StoreSyncTesting: TestStore and DeterminismCheck on the built-in apps")
+struct TestingKitTests {
+    @Test("TestStore asserts the exact change of each counter action")
+    func counterExhaustive() {
+        let store = TestStore(initialState: CounterApp().initialState, reducer: CounterApp())
+        store.send(.increment) { $0.count = 1 }
+        store.send(.setLimitText("5")) { $0.limitText = "5" }
+        store.send(.setIncrementing(false)) {
+            $0.isIncrementing = false
+            $0.limitText = ""            // toggling clears the limit (seed 000)
+        }
+        store.send(.decrement) { $0.count = 0 }
+        #expect(store.state == CounterApp.State(count: 0, isIncrementing: false, limitText: ""))
+    }
+
+    @Test("TestStore fails on an unasserted change, an unexpected refusal, and a refusal that did not come")
+    func failuresAreRecorded() {
+        let counter = TestStore(initialState: CounterApp().initialState, reducer: CounterApp())
+        withKnownIssue("the change to count is not asserted") {
+            counter.send(.increment)
+        }
+        let todos = TestStore(initialState: TodosApp().initialState, reducer: TodosApp())
+        todos.send(.add(id: "t1", title: "milk", createdAt: 1)) {
+            $0.todos = [TodosApp.Todo(id: "t1", title: "milk", completed: false, createdAt: 1)]
+        }
+        todos.sendRefused(.add(id: "t1", title: "again", createdAt: 2)) { failure in
+            #expect(failure.description.contains("t1"))
+        }
+        withKnownIssue("a refusal nobody expected") {
+            todos.send(.toggle(id: "nope"))
+        }
+        withKnownIssue("an expected refusal that did not come") {
+            todos.sendRefused(.toggle(id: "t1"))
+        }
+    }
+
+    @Test("the built-in apps are deterministic, also through the wire")
+    func builtinsAreDeterministic() throws {
+        #expect(DeterminismCheck.check(CounterApp(), actions: [.increment, .setLimitText("3"), .setIncrementing(false), .decrement]) == nil)
+        #expect(DeterminismCheck.check(CodableCounterApp(), actions: [.increment, .setLimitText("é"), .decrement]) == nil)
+        #expect(DeterminismCheck.check(TodosApp(), actions: [
+            .add(id: "a", title: "one", createdAt: 1.5), .toggle(id: "a"), .edit(id: "a", title: "uno"),
+            .add(id: "b", title: "two", createdAt: 2), .clearCompleted, .toggle(id: "missing"),
+        ]) == nil)
+        let json = JSONApp()
+        let actions = try ["set /a 1", "set /b {\"x\":[1,2]}", "increment /a 2", "append /b/x 3", "remove /b"].map { line in
+            guard case .action(let wire) = try json.command(line) else { throw AppCodingError("not an action: \(line)") }
+            return try json.decodeAction(wire)
+        }
+        #expect(DeterminismCheck.check(json, actions: actions) == nil)
+    }
+
+    @Test("seed 004's randomElement() in a reducer is caught, with the action that diverged")
+    func randomReducerIsCaught() {
+        let divergence = DeterminismCheck.check(Seed004Colors(), actions: [.pickSomeColor, .pickSomeColor, .pickSomeColor])
+        #expect(divergence != nil, "a reducer calling randomElement() must be caught")
+        #expect(divergence?.description.contains("pickSomeColor") == true, "\(String(describing: divergence))")
+    }
+}
+
+/// Seed 004's mistake: the reducer picks a random value itself (not deterministic).
+struct Seed004Colors: SyncApp {
+    typealias State = [String]
+    enum Action: Sendable { case pickSomeColor }
+    static let name = "colors"
+    static let version = "1"
+    var initialState: [String] { [] }
+    func reduce(into state: inout [String], action: Action) {
+        // 64 colours: two copies agree by chance with probability 1/64 per action.
+        state.append("color-\((0..<64).randomElement() ?? 0)")
+    }
+    func decodeAction(_ json: JSON) throws(AppCodingError) -> Action { .pickSomeColor }
+    func encodeAction(_ action: Action) -> JSON { ["type": "pickSomeColor"] }
+    func encodeState(_ state: [String]) -> JSON { .array(state.map { .string($0) }) }
+    func decodeState(_ json: JSON) throws(AppCodingError) -> [String] { json.arrayValue?.compactMap(\.stringValue) ?? [] }
+    func describe(_ failure: Never) -> String {}
+    func command(_ line: String) throws(AppCodingError) -> AppCommand<[String], Action> { .action(encodeAction(.pickSomeColor)) }
+}
