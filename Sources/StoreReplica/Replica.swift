@@ -188,13 +188,24 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         session: String? = nil,
         onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
     ) throws(ReplicaError) -> Replica {
+        try attach(app: app, over: connection, name: name, middleware: middleware, startReading: startReading,
+                   reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: 10_000,
+                   onDispatchFailure: onDispatchFailure)
+    }
+
+    /// `attach(over:)` with the time to wait for the welcome.
+    static func attach(
+        app: App, over connection: HubConnection, name: String?, middleware: [Middleware<App.State, App.Action>],
+        startReading: Bool, reconnect: ReconnectPolicy, session: String?, welcomeTimeoutMilliseconds: Int32,
+        onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?
+    ) throws(ReplicaError) -> Replica {
         let session = session ?? Digest.hex(UInt64.random(in: 0...UInt64.max)) + Digest.hex(UInt64.random(in: 0...UInt64.max))
         guard (1...ClientMessage.maxSessionBytes).contains(session.utf8.count) else {
             throw .protocolViolation("a session is 1 to \(ClientMessage.maxSessionBytes) bytes, got \(session.utf8.count)")
         }
         try connection.send(.hello(protocolVersion: syncProtocolVersion, app: App.name,
                                    fingerprint: App.fingerprint, name: name, session: session))
-        let reply = try connection.receive()
+        let reply = try connection.receive(timeoutMilliseconds: welcomeTimeoutMilliseconds)
         guard case .welcome(let welcome) = reply else {
             if case .error(let error) = reply { throw .hub(error) }
             throw .protocolViolation("expected welcome after hello, got \(reply.typeName)")

@@ -1,0 +1,71 @@
+import Foundation
+import SyncCore
+import SyncPOSIX
+
+extension Replica {
+    /// Connects and attaches without blocking the calling task's thread: the connect and the
+    /// `hello`/`welcome` exchange run on a thread of their own while the task is suspended.
+    ///
+    /// The same as the synchronous `attach(app:socketPath:…)`, with a deadline for the welcome.
+    ///
+    /// - Parameters:
+    ///   - app: The app; its name and fingerprint must match the hub's.
+    ///   - socketPath: The hub's socket; `nil` resolves the default (see ``SocketPath/resolve(explicit:)``).
+    ///   - name: A name for this replica in the hub's status and logs.
+    ///   - middleware: Local middleware, outermost first.
+    ///   - reconnect: How the connection comes back after a drop (default: automatically).
+    ///   - session: This replica's session; `nil` picks a random one.
+    ///   - timeout: How long to wait for the hub's welcome (a hub whose state is large takes
+    ///     longer to send it).
+    ///   - onDispatchFailure: Receives fire-and-forget dispatches that could not be sent.
+    /// - Returns: The attached replica, reading.
+    /// - Throws: ``ReplicaError``: no hub, a refusal (`app-mismatch`, …), or no welcome in time.
+    public static func attach(
+        app: App,
+        socketPath: String? = nil,
+        name: String? = nil,
+        middleware: [Middleware<App.State, App.Action>] = [.thunk],
+        reconnect: ReconnectPolicy = .automatic,
+        session: String? = nil,
+        timeout: Duration,
+        onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
+    ) async throws(ReplicaError) -> Replica {
+        let path = SocketPath.resolve(explicit: socketPath)
+        let (seconds, attoseconds) = timeout.components
+        let milliseconds = Int32(clamping: max(1, seconds * 1_000 + attoseconds / 1_000_000_000_000_000))
+        let outcome: Result<Replica, ReplicaError> = await withCheckedContinuation { continuation in
+            let thread = Thread {
+                do throws(ReplicaError) {
+                    let connection = try HubConnection(path: path)
+                    continuation.resume(returning: .success(try attach(
+                        app: app, over: connection, name: name, middleware: middleware, startReading: true,
+                        reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: milliseconds,
+                        onDispatchFailure: onDispatchFailure)))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+            thread.name = "StoreSync attach"
+            thread.start()
+        }
+        return try outcome.get()
+    }
+
+    /// The link's life as an `AsyncSequence`: every ``ConnectionChange`` (dropped, reconnecting,
+    /// resumed, re-hydrated, diverged) in order; it finishes when the replica ends for good.
+    ///
+    /// - Returns: The stream (it buffers every change until read).
+    public func linkChanges() -> AsyncStream<ConnectionChange> {
+        let (stream, continuation) = AsyncStream.makeStream(of: ConnectionChange.self)
+        let token = observeEvents { event in
+            switch event {
+            case .connection(let change): continuation.yield(change)
+            case .disconnected: continuation.finish()
+            default: break
+            }
+        }
+        continuation.onTermination = { _ in token.cancel() }
+        if case .disconnected = linkState { continuation.finish() }
+        return stream
+    }
+}

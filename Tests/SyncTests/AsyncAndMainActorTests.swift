@@ -1,0 +1,98 @@
+import BuiltinApps
+import Foundation
+import Observation
+import StoreReplica
+import SyncCore
+import Synchronization
+import SyncPOSIX
+import Testing
+
+@Suite("Async attach, link changes as a sequence, and the main-actor model")
+struct AsyncAndMainActorTests {
+    @Test("try await attach suspends instead of blocking, times out, and says why there is no hub")
+    func asyncAttach() async throws {
+        let hub = try InProcessHub(CounterApp())
+        let replica = try await Replica.attach(app: CounterApp(), socketPath: hub.fixture.socket, reconnect: .never,
+                                               timeout: .seconds(5))
+        #expect(try await replica.dispatch(.increment) == 1)
+        replica.close()
+        do {
+            _ = try await Replica.attach(app: CounterApp(), socketPath: hub.fixture.socket + ".none", timeout: .seconds(1))
+            Issue.record("attach must fail without a hub")
+        } catch {
+            guard case .noHub = error else { Issue.record("unexpected \(error)"); return }
+        }
+        // A listener that never answers: the welcome deadline ends the wait.
+        let silent = try UnixSocketListener(path: hub.fixture.directory + "/silent.sock")
+        defer { silent.close() }
+        let start = ContinuousClock.now
+        await #expect(throws: ReplicaError.self) {
+            _ = try await Replica.attach(app: CounterApp(), socketPath: silent.path, timeout: .milliseconds(200))
+        }
+        #expect(ContinuousClock.now - start < .seconds(5))
+        try await hub.stop()
+    }
+
+    @Test("the link's life is an AsyncSequence that ends with the replica")
+    func linkChanges() async throws {
+        let hub = try InProcessHub(CounterApp())
+        let replica = try hub.attach()
+        let changes = replica.linkChanges()
+        try await hub.stop()
+        let collected = try await withDeadline("the link changes to finish") {
+            var all: [ConnectionChange] = []
+            for await change in changes { all.append(change) }
+            return all
+        }
+        #expect(collected.isEmpty, "a replica that does not reconnect ends without changes: \(collected)")
+        #expect(!replica.isConnected)
+    }
+
+    @Test("ReplicaModel: state and link change on the main actor, observably; dispatch returns the seq")
+    @MainActor
+    func mainActorModel() async throws {
+        let hub = try InProcessHub(CounterApp())
+        let replica = try hub.attach()
+        let model = ReplicaModel(replica)
+        let told = Atomic<Bool>(false)
+        _ = withObservationTracking { model.state.count } onChange: { told.store(true, ordering: .releasing) }
+        #expect(try await model.dispatch(.increment) == 1)
+        try await waitOnMain("the model to show the new state on the main actor") { model.state.count == 1 }
+        let wasTold = told.load(ordering: .acquiring)
+        #expect(wasTold)
+        // Two-way binding: setting dispatches through the store.
+        let limit = model.binding(\.limitText, send: CounterApp.Action.setLimitText)
+        limit.set("4")
+        try await waitOnMain("the binding's action to come back") { limit.get() == "4" }
+        #expect(model.linkState == .connected)
+        try await hub.stop()
+        try await waitOnMain("the model to show the ended link") {
+            if case .disconnected = model.linkState { true } else { false }
+        }
+        replica.close()
+    }
+}
+
+/// A listening socket that never answers (a hung hub): connections wait in its backlog.
+struct UnixSocketListener: Sendable {
+    let path: String
+    private let socket: ListeningSocket
+
+    init(path: String) throws {
+        self.path = path
+        socket = try UnixSocket.listen(at: path)
+    }
+
+    func close() { _ = socket.close() }
+}
+
+/// `waitUntil` for conditions that read main-actor state: checked on the main actor, which is
+/// free between checks (the model's hops run then).
+@MainActor
+func waitOnMain(_ what: String, timeout: Duration = .seconds(30), _ condition: () -> Bool) async throws {
+    let deadline = ContinuousClock.now + scaled(timeout)
+    while !condition() {
+        guard ContinuousClock.now < deadline else { throw HarnessError("timed out waiting for \(what)") }
+        try await Task.sleep(for: .milliseconds(5))
+    }
+}
