@@ -22,6 +22,7 @@ let package = Package(
         .library(name: "StoreHub", targets: ["StoreHub"]),
         .library(name: "StoreReplica", targets: ["StoreReplica"]),
         .library(name: "StoreSyncTesting", targets: ["StoreSyncTesting"]),
+        .library(name: "StoreSyncCommands", targets: ["StoreSyncCommands"]),
         .executable(name: "hubd", targets: ["hubd"]),
         .executable(name: "replica-cli", targets: ["replica-cli"]),
         .executable(name: "sync-bench", targets: ["sync-bench"]),
@@ -37,9 +38,11 @@ let package = Package(
         .target(name: "StoreReplica", dependencies: ["SyncCore", "SyncPOSIX"]),
         // For users' test targets: TestStore (exhaustive reducer tests), DeterminismCheck.
         .target(name: "StoreSyncTesting", dependencies: ["SyncCore"]),
+        // hubd and replica-cli as library entry points generic over the app.
+        .target(name: "StoreSyncCommands", dependencies: ["StoreHub", "StoreReplica", "SyncCore", "SyncPOSIX"]),
         // Each executable declares every module it imports.
-        .executableTarget(name: "hubd", dependencies: ["StoreHub", "BuiltinApps", "SyncCore", "SyncPOSIX"]),
-        .executableTarget(name: "replica-cli", dependencies: ["StoreReplica", "BuiltinApps", "SyncCore", "SyncPOSIX"]),
+        .executableTarget(name: "hubd", dependencies: ["StoreSyncCommands", "BuiltinApps"]),
+        .executableTarget(name: "replica-cli", dependencies: ["StoreSyncCommands", "BuiltinApps"]),
         .executableTarget(
             name: "sync-bench",
             dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncCore", "SyncPOSIX"],

@@ -5,16 +5,17 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import BuiltinApps
 import Foundation
 import StoreReplica
 import SyncCore
 import SyncPOSIX
 
-let usage = """
-    replica-cli — a StoreSync replica in a terminal: attach to a hub, dispatch, read state, watch.
+func replicaUsage(program: String, apps: [any SyncApp]) -> String {
+    let shorthand = apps.map { "\(type(of: $0).name):\n\(type(of: $0).commandHelp)" }.joined(separator: "\n")
+    return """
+    \(program) — a StoreSync replica in a terminal: attach to a hub, dispatch, read state, watch.
 
-    USAGE: replica-cli [OPTIONS] COMMAND [ARGUMENTS]
+    USAGE: \(program) [OPTIONS] COMMAND [ARGUMENTS]
 
     COMMANDS:
       attach                 Interactive replica. Each line read from stdin is an action (JSON
@@ -35,7 +36,7 @@ let usage = """
                              SIGINT or SIGTERM ends it with exit 0.
       dispatch ACTION…       Send each ACTION (one argument each: JSON or shorthand) in order,
                              print the seq the hub gave it, one per line, and exit 0. On a
-                             refusal print "replica-cli: CODE: MESSAGE" to stderr and exit 1
+                             refusal print "\(program): CODE: MESSAGE" to stderr and exit 1
                              without sending the rest.
       state [--pointer P]    Print the current state as one line of JSON (the value at RFC 6901
                              pointer P with --pointer) and exit. With --json print
@@ -68,16 +69,12 @@ let usage = """
       -h, --help             Print this help and exit.
 
     SHORTHAND (besides JSON actions such as {"type":"increment"}):
-    counter:
-    \(CounterApp.commandHelp)
-    todos:
-    \(TodosApp.commandHelp)
-    json:
-    \(JSONApp.commandHelp)
+    \(shorthand)
 
     Exit status: 0 success; 1 no hub, refused action or lost connection (one line on stderr);
     2 bad usage.
     """
+}
 
 struct Options {
     var socket: String?
@@ -91,21 +88,21 @@ struct Options {
 }
 
 func fail(_ message: String, status: Int32 = 1) -> Never {
-    Console.error("replica-cli: \(message)")
+    Console.error("\(ReplicaCommand.program): \(message)")
     exit(status)
 }
 
-func parseOptions() -> Options {
+func parseOptions(apps: [any SyncApp]) -> Options {
     var options = Options()
     var cursor = ArgumentCursor(CommandLine.arguments)
     func value(_ flag: String) -> String {
-        guard let next = cursor.next() else { fail("\(flag) needs a value; see replica-cli --help", status: 2) }
+        guard let next = cursor.next() else { fail("\(flag) needs a value; see \(ReplicaCommand.program) --help", status: 2) }
         return next
     }
     while let argument = cursor.next() {
         switch argument {
         case "-h", "--help":
-            Console.out(usage)
+            Console.out(replicaUsage(program: ReplicaCommand.program, apps: apps))
             exit(0)
         case "--socket": options.socket = value(argument)
         case "--app": options.app = value(argument)
@@ -117,7 +114,7 @@ func parseOptions() -> Options {
             options.arguments.append(contentsOf: cursor.rest())
         default:
             if argument.hasPrefix("--") && options.command != "dispatch" {
-                fail("unknown option \"\(argument)\"; see replica-cli --help", status: 2)
+                fail("unknown option \"\(argument)\"; see \(ReplicaCommand.program) --help", status: 2)
             }
             if options.command == nil { options.command = argument } else { options.arguments.append(argument) }
         }
@@ -125,24 +122,54 @@ func parseOptions() -> Options {
     return options
 }
 
-@main
-struct ReplicaCLI {
-    static func main() async {
+/// The whole of `replica-cli` as a library entry point, for a CLI of your own app:
+///
+/// ```swift
+/// @main struct MyCLI {
+///     static func main() async { await ReplicaCommand.main(app: MyApp()) }
+/// }
+/// ```
+///
+/// Every command (`attach`, `dispatch`, `state`, `watch`, `status`) and flag, the same output,
+/// reconnection and exit statuses; `--help` and messages use the executable's name.
+public enum ReplicaCommand {
+    /// The executable's name, for usage and messages.
+    static var program: String {
+        let path = CommandLine.arguments.first ?? "replica-cli"
+        return path.split(separator: "/").last.map(String.init) ?? path
+    }
+
+    /// Runs the command line for one app; returns when the command is done.
+    ///
+    /// - Parameter app: The app.
+    public static func main<App: SyncApp>(app: App) async {
+        await main(apps: [app])
+    }
+
+    /// Runs the command line for one of several apps (`--app`, or the hub's); returns when
+    /// the command is done (errors exit the process with their status).
+    ///
+    /// - Parameter apps: The apps this executable knows.
+    public static func main(apps: [any SyncApp]) async {
+        let names = apps.map { type(of: $0).name }.joined(separator: ", ")
+        func app(named name: String) -> (any SyncApp)? {
+            apps.first { JSONKey(type(of: $0).name) == JSONKey(name) }
+        }
         SignalPipe.unblockTerminationSignals()
-        let options = parseOptions()
+        let options = parseOptions(apps: apps)
         guard let command = options.command else {
-            fail("missing command (attach, dispatch, state, watch or status); see replica-cli --help", status: 2)
+            fail("missing command (attach, dispatch, state, watch or status); see \(ReplicaCommand.program) --help", status: 2)
         }
         guard ["attach", "dispatch", "state", "watch", "status"].contains(command) else {
             fail("unknown command \"\(command)\"; the commands are attach, dispatch, state, watch and status", status: 2)
         }
         if command == "dispatch" && options.arguments.isEmpty {
-            fail("dispatch needs at least one ACTION, e.g. replica-cli dispatch '{\"type\":\"increment\"}'", status: 2)
+            fail("dispatch needs at least one ACTION, e.g. \(ReplicaCommand.program) dispatch '{\"type\":\"increment\"}'", status: 2)
         }
         // With --app, bad usage is reported (exit 2) before anything connects.
         if let name = options.app {
-            guard let app = BuiltinApps.app(named: name) else {
-                fail("unknown app \"\(name)\"; replica-cli knows \(BuiltinApps.names)", status: 2)
+            guard let app = app(named: name) else {
+                fail("unknown app \"\(name)\"; \(ReplicaCommand.program) knows \(names)", status: 2)
             }
             if command == "dispatch" { _ = options.arguments.map { wireAction(app, $0) } }
         }
@@ -158,8 +185,8 @@ struct ReplicaCLI {
                 }
                 appName = status.app
             }
-            guard let name = appName, let app = BuiltinApps.app(named: name) else {
-                fail("unknown app \"\(appName ?? "")\"; replica-cli knows \(BuiltinApps.names)", status: options.app == nil ? 1 : 2)
+            guard let name = appName, let app = app(named: name) else {
+                fail("unknown app \"\(appName ?? "")\"; \(ReplicaCommand.program) knows \(names)", status: options.app == nil ? 1 : 2)
             }
             try await run(app, over: connection, command: command, options: options)
         } catch {
@@ -215,7 +242,7 @@ struct ReplicaCLI {
                     Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": json]).canonicalString)
                 case .connection(let change):
                     // stdout stays one action per line; the link's story goes to stderr.
-                    if let line = linkLine(change) { Console.error("replica-cli: \(line)") }
+                    if let line = linkLine(change) { Console.error("\(ReplicaCommand.program): \(line)") }
                 default:
                     break
                 }
@@ -248,7 +275,7 @@ struct ReplicaCLI {
             switch try app.command(text) {
             case .action(let json): return json
             case .local:
-                fail("\"\(text)\" runs locally and only in attach mode; use replica-cli attach", status: 2)
+                fail("\"\(text)\" runs locally and only in attach mode; use \(ReplicaCommand.program) attach", status: 2)
             }
         } catch {
             fail("\(text): \(error.message)", status: 2)

@@ -139,7 +139,7 @@ func exitDisconnected(_ reason: ReplicaError) -> Never {
     if exiting.exchange(true, ordering: .sequentiallyConsistent) {
         while true { pause() }
     }
-    Console.error("replica-cli: \(reason.description)")
+    Console.error("\(ReplicaCommand.program): \(reason.description)")
     exit(1)
 }
 
