@@ -1,0 +1,97 @@
+import Foundation
+import StoreReplica
+import StoreSyncTesting
+import TallyApp
+import Testing
+
+@Suite("Tally: the reducer, exhaustively")
+struct TallyReducerTests {
+    @Test("every action's exact change; an empty name is refused and changes nothing")
+    func exhaustive() {
+        let store = TestStore(initialState: Tally().initialState, reducer: Tally())
+        store.send(.add(name: "coffee", amount: 2)) { $0.counts["coffee"] = 2 }
+        store.send(.add(name: "coffee", amount: -1)) { $0.counts["coffee"] = 1 }
+        store.sendRefused(.add(name: "", amount: 1)) { #expect($0 == .emptyName) }
+        store.send(.reset(at: 1_700_000_000)) {
+            $0.counts = [:]
+            $0.resetAt = 1_700_000_000
+        }
+    }
+
+    @Test("deterministic, also through the wire; actions are readable JSON")
+    func deterministic() {
+        let actions: [Tally.Action] = [.add(name: "tea", amount: 3), .add(name: "é", amount: 1), .reset(at: 12), .add(name: "tea", amount: 1)]
+        #expect(DeterminismCheck.check(Tally(), actions: actions) == nil)
+        #expect(Tally().encodeAction(.add(name: "tea", amount: 3)) == ["type": "add", "name": "tea", "amount": 3])
+    }
+}
+
+@Suite("Tally: its own daemon and CLI, as processes", .serialized)
+struct TallyProcessTests {
+    @Test("tally-hub serves; tally-cli dispatches with the shorthand; a library replica converges")
+    func endToEnd() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tally-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let socket = directory.appendingPathComponent("hub.sock").path
+        let hub = try start("tally-hub", ["--socket", socket, "--data-dir", directory.appendingPathComponent("data").path])
+        defer {
+            // Killed by PID, and the temp directory removed, whatever happened above.
+            kill(hub.processIdentifier, SIGKILL)
+            hub.waitUntilExit()
+            try? FileManager.default.removeItem(at: directory)
+        }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while (try? HubConnection.status(at: socket)) == nil {
+            guard ContinuousClock.now < deadline, hub.isRunning else { throw TallyTestError("tally-hub did not start") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let dispatched = try await run("tally-cli", ["--socket", socket, "dispatch", "add coffee 2", "add tea"])
+        #expect(dispatched.status == 0)
+        #expect(dispatched.out == "1\n2\n")
+        let replica = try await Replica.attach(app: Tally(), socketPath: socket, reconnect: .never, timeout: .seconds(10))
+        defer { replica.close() }
+        #expect(replica.store.state.counts == ["coffee": 2, "tea": 1])
+        #expect(try await replica.dispatch(.add(name: "coffee", amount: 1)) == 3)
+        let state = try await run("tally-cli", ["--socket", socket, "state"])
+        #expect(state.out.contains(#""coffee":3"#), "\(state.out)")
+        let status = try HubConnection.status(at: socket)
+        #expect(status.app == "tally" && status.seq == 3)
+        #expect(status.digest == Tally().digest(of: replica.store.state))
+    }
+
+    private func executable(_ name: String) throws -> URL {
+        let here = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        for directory in [URL(fileURLWithPath: here).deletingLastPathComponent(), Bundle.main.bundleURL.deletingLastPathComponent()] {
+            let url = directory.appendingPathComponent(name)
+            if FileManager.default.isExecutableFile(atPath: url.path) { return url }
+        }
+        throw TallyTestError("cannot find \(name) next to the test bundle; run swift build first")
+    }
+
+    private func start(_ name: String, _ arguments: [String]) throws -> Process {
+        let process = Process()
+        process.executableURL = try executable(name)
+        process.arguments = arguments
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    private func run(_ name: String, _ arguments: [String]) async throws -> (status: Int32, out: String) {
+        let process = Process()
+        process.executableURL = try executable(name)
+        process.arguments = arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+}
+
+struct TallyTestError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
