@@ -37,7 +37,7 @@ let package = Package(
         .target(name: "StoreHub", dependencies: ["SyncCore", "SyncPOSIX"]),
         .target(name: "StoreReplica", dependencies: ["SyncCore", "SyncPOSIX"]),
         // For users' test targets: TestStore (exhaustive reducer tests), DeterminismCheck.
-        .target(name: "StoreSyncTesting", dependencies: ["SyncCore"]),
+        .target(name: "StoreSyncTesting", dependencies: ["SyncCore", "StoreReplica"]),
         // hubd and replica-cli as library entry points generic over the app.
         .target(name: "StoreSyncCommands", dependencies: ["StoreHub", "StoreReplica", "SyncCore", "SyncPOSIX"]),
         // Each executable declares every module it imports.
@@ -53,7 +53,7 @@ let package = Package(
         .testTarget(name: "BuiltinAppsTests", dependencies: ["BuiltinApps", "SyncCore", "StoreSyncTesting"]),
         .testTarget(
             name: "SyncTests",
-            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncPOSIX"]
+            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncPOSIX", "StoreSyncTesting"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -45,7 +45,7 @@ struct Interactive<App: SyncApp> {
                 }
             case .connection(let change):
                 if json {
-                    if let line = linkJSON(change) { Console.out(line.canonicalString) }
+                    if let line = linkJSON(change, replica: replica.replicaID) { Console.out(line.canonicalString) }
                 } else if let line = linkLine(change) {
                     Console.out(line)
                 }

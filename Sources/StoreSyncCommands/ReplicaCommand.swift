@@ -63,7 +63,8 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              state replaced by the hub's); watch prints every seq exactly once.
                              watch writes these lines to stderr; attach to stdout (with --json
                              as {"type":"link","state":"dropped"|"resumed"|"rehydrated"|
-                             "diverged",…}). dispatch always retries a dropped link (up to 10
+                             "diverged",…}; resumed and rehydrated carry "replica", the id
+                             this replica now has). dispatch always retries a dropped link (up to 10
                              attempts) on its session: an action is applied once, never twice.
       --pointer P            With state: print only the value at JSON Pointer P.
       -h, --help             Print this help and exit.
@@ -311,12 +312,13 @@ func linkLine(_ change: ConnectionChange) -> String? {
 }
 
 /// The JSON line `attach --json` prints for a change of the link (`nil`: say nothing).
-func linkJSON(_ change: ConnectionChange) -> JSON? {
+func linkJSON(_ change: ConnectionChange, replica: Int) -> JSON? {
     switch change {
     case .dropped(let reason): ["type": "link", "state": "dropped", "reason": .string(reason)]
     case .reconnecting: nil
-    case .resumed(let seq): ["type": "link", "state": "resumed", "seq": JSON(seq)]
-    case .rehydrated(let seq): ["type": "link", "state": "rehydrated", "seq": JSON(seq)]
+    // `replica`: the id this replica now has (its own actions carry it as `origin`).
+    case .resumed(let seq): ["type": "link", "state": "resumed", "seq": JSON(seq), "replica": JSON(replica)]
+    case .rehydrated(let seq): ["type": "link", "state": "rehydrated", "seq": JSON(seq), "replica": JSON(replica)]
     case .diverged(let seq, let reason): ["type": "link", "state": "diverged", "seq": JSON(seq), "reason": .string(reason)]
     }
 }

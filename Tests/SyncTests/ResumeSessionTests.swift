@@ -4,6 +4,7 @@ import Foundation
 import Observation
 @testable import StoreHub
 import StoreReplica
+import StoreSyncTesting
 import SyncCore
 import SyncPOSIX
 import Synchronization
@@ -540,4 +541,30 @@ struct RandomPickApp: SyncApp {
     func decodeState(_ json: JSON) throws(AppCodingError) -> [String] { json.arrayValue?.compactMap(\.stringValue) ?? [] }
     func describe(_ failure: Never) -> String {}
     func command(_ line: String) throws(AppCodingError) -> AppCommand<[String], Action> { .action(encodeAction(.pick)) }
+}
+
+extension MultiProcessTests {
+    @Suite("The convergence harness (StoreSyncTesting) on the built-in apps")
+    struct Harness {
+        @Test("hubd and replica-cli on the json app: killed replica, late joiner, slow consumer, hub kill -9; every digest equal")
+        func jsonAppConverges() async throws {
+            let harness = ConvergenceHarness(app: JSONApp(), hub: try Executables.url("hubd"),
+                                             cli: try Executables.url("replica-cli"), hubArguments: ["--app", "json"])
+            let report = try await harness.run { random, replica in
+                let pointer = (try? JSONPointer("/r\(replica)/\(random.next() % 4)")) ?? .root
+                return random.next() % 3 == 0 ? .set(pointer, JSON(Int(random.next() % 100))) : .increment(pointer, by: 1)
+            }
+            #expect(report.seq >= 3 * 40 - 20, "\(report)")
+        }
+
+        @Test("the counter app, without faults, with a fixed seed")
+        func counterConverges() async throws {
+            let harness = ConvergenceHarness(app: CounterApp(), hub: try Executables.url("hubd"),
+                                             cli: try Executables.url("replica-cli"), replicas: 2, actionsPerReplica: 20,
+                                             faults: [], seed: 42, hubArguments: ["--app", "counter"])
+            let report = try await harness.run { random, _ in random.next() % 2 == 0 ? .increment : .decrement }
+            #expect(report.seq == 40)
+            #expect(report.seed == 42)
+        }
+    }
 }

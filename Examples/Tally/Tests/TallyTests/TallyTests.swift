@@ -59,6 +59,17 @@ struct TallyProcessTests {
         #expect(status.digest == Tally().digest(of: replica.store.state))
     }
 
+    @Test("converges across processes with every fault (the harness from StoreSyncTesting)")
+    func converges() async throws {
+        let harness = ConvergenceHarness(app: Tally(), hub: try executable("tally-hub"), cli: try executable("tally-cli"))
+        let report = try await harness.run { random, replica in
+            random.next() % 10 == 0
+                ? .reset(at: Double(random.next() % 1_000_000))    // the "clock" comes from the seed, in the action
+                : .add(name: ["tea", "coffee", "water"][Int(random.next() % 3)], amount: Int(random.next() % 5) + 1)
+        }
+        #expect(report.seq > 0, "\(report)")
+    }
+
     private func executable(_ name: String) throws -> URL {
         let here = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         for directory in [URL(fileURLWithPath: here).deletingLastPathComponent(), Bundle.main.bundleURL.deletingLastPathComponent()] {

@@ -1,0 +1,428 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+import StoreReplica
+import SyncCore
+import Synchronization
+
+/// Runs your app the way production does — a hub process and several replica processes on a
+/// temporary socket — dispatches randomized concurrent actions, injects faults, and checks
+/// that every process ends in the same state.
+///
+/// The processes are your own executables: a daemon built on ``StoreSyncCommands``'s
+/// `HubCommand` and a CLI built on `ReplicaCommand` (or `hubd` and `replica-cli` for the
+/// built-in apps). Each replica is the CLI's `attach --json`, fed one action per line.
+///
+/// ```swift
+/// @Test func tallyConverges() async throws {
+///     let harness = ConvergenceHarness(app: Tally(), hub: try executable("tally-hub"), cli: try executable("tally-cli"))
+///     try await harness.run { random, replica in
+///         .add(name: ["tea", "coffee"][Int(random.next() % 2)], amount: Int(random.next() % 5))
+///     }
+/// }
+/// ```
+///
+/// After the run it asserts: every replica's digest equals the hub's; every replica saw each
+/// seq exactly once and in order (across reconnects); every dispatch of a replica that was not
+/// killed was sequenced exactly once. On failure the error names the seed (pass it as `seed:`
+/// to replay the same run) and, for a divergence, the first seq after which a replay of the
+/// sequenced actions differs. Every process is killed by PID and the temporary directory
+/// removed, also when the run fails.
+public struct ConvergenceHarness<App: SyncApp>: Sendable {
+    /// Faults to inject while actions flow.
+    public typealias Faults = ConvergenceFaults
+
+    /// What a successful run saw.
+    public struct Report: Sendable, CustomStringConvertible {
+        /// The seed (pass it back to replay the run).
+        public let seed: UInt64
+        /// The hub's final seq.
+        public let seq: UInt64
+        /// The hub's final digest, which every replica matched.
+        public let digest: String
+        /// One line.
+        public var description: String { "seed \(seed): \(seq) actions, every digest \(digest)" }
+    }
+
+    /// Why a run failed.
+    public struct Failure: Error, Sendable, CustomStringConvertible {
+        /// The seed, to replay the run.
+        public let seed: UInt64
+        /// What went wrong.
+        public let message: String
+        /// `seed S: message`.
+        public var description: String { "convergence run with seed \(seed) failed: \(message)" }
+    }
+
+    /// The app (its reducer replays the sequenced actions to find a divergence).
+    public let app: App
+    /// The daemon executable.
+    public let hub: URL
+    /// The CLI executable.
+    public let cli: URL
+    /// Replica processes at the start.
+    public let replicas: Int
+    /// Actions each replica dispatches.
+    public let actionsPerReplica: Int
+    /// Faults to inject.
+    public let faults: Faults
+    /// The seed of the run.
+    public let seed: UInt64
+    /// Extra daemon arguments (the harness sets `--socket` and `--data-dir`).
+    public let hubArguments: [String]
+
+    /// Creates a harness.
+    ///
+    /// - Parameters:
+    ///   - app: The app.
+    ///   - hub: The daemon executable (built on `HubCommand`).
+    ///   - cli: The CLI executable (built on `ReplicaCommand`).
+    ///   - replicas: Replica processes at the start (default 3).
+    ///   - actionsPerReplica: Actions each dispatches (default 40).
+    ///   - faults: Faults to inject (default all).
+    ///   - seed: The seed; `nil` picks one (printed on failure).
+    ///   - hubArguments: Extra daemon arguments.
+    public init(app: App, hub: URL, cli: URL, replicas: Int = 3, actionsPerReplica: Int = 40, faults: Faults = .all,
+                seed: UInt64? = nil, hubArguments: [String] = []) {
+        self.app = app
+        self.hub = hub
+        self.cli = cli
+        self.replicas = max(1, replicas)
+        self.actionsPerReplica = max(1, actionsPerReplica)
+        self.faults = faults
+        self.seed = seed ?? UInt64.random(in: 0...UInt64.max)
+        self.hubArguments = hubArguments
+    }
+
+    /// Runs the processes, dispatches `generator`'s actions from every replica, injects the
+    /// faults, and checks convergence.
+    ///
+    /// - Parameter generator: Makes the next action of replica `index` from the seeded generator.
+    /// - Returns: The report.
+    /// - Throws: ``Failure`` (with the seed) when anything does not converge or a process fails.
+    @discardableResult
+    public func run(_ generator: @escaping @Sendable (inout SeededGenerator, Int) -> App.Action) async throws -> Report {
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("storesync-convergence-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let run = HarnessRun(harness: self, directory: directory)
+        defer { run.tearDown() }
+        do {
+            return try await run.execute(generator)
+        } catch let failure as Failure {
+            throw failure
+        } catch {
+            throw Failure(seed: seed, message: String(describing: error))
+        }
+    }
+}
+
+/// Faults a ``ConvergenceHarness`` injects while actions flow.
+public struct ConvergenceFaults: OptionSet, Sendable {
+    /// The raw value.
+    public let rawValue: Int
+    /// Creates a set.
+    ///
+    /// - Parameter rawValue: The bits.
+    public init(rawValue: Int) { self.rawValue = rawValue }
+    /// `SIGKILL` one replica midway (its in-flight dispatch may or may not be applied).
+    public static let killReplica = ConvergenceFaults(rawValue: 1)
+    /// Start one more replica midway: it must hydrate and converge.
+    public static let lateJoiner = ConvergenceFaults(rawValue: 2)
+    /// `SIGSTOP` one replica for a while, then `SIGCONT`: it falls behind and catches up.
+    public static let slowConsumer = ConvergenceFaults(rawValue: 4)
+    /// `SIGKILL` the hub midway and start it again on the same data directory: replicas
+    /// come back by themselves, nothing acknowledged is lost.
+    public static let hubRestart = ConvergenceFaults(rawValue: 8)
+    /// Every fault.
+    public static let all: ConvergenceFaults = [.killReplica, .lateJoiner, .slowConsumer, .hubRestart]
+}
+
+
+/// A small, fast, seedable random generator (SplitMix64), so a run can be replayed.
+public struct SeededGenerator: RandomNumberGenerator, Sendable {
+    private var state: UInt64
+
+    /// Creates a generator.
+    ///
+    /// - Parameter seed: The seed.
+    public init(seed: UInt64) { state = seed }
+
+    /// The next 64 random bits.
+    ///
+    /// - Returns: The bits.
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// One run's processes and bookkeeping.
+private final class HarnessRun<App: SyncApp>: Sendable {
+    let harness: ConvergenceHarness<App>
+    let directory: URL
+    let socket: String
+    let data: String
+    /// Every process started, for the teardown (process ids: `Process` is not `Sendable`).
+    private let pids = Mutex<[Int32]>([])
+
+    init(harness: ConvergenceHarness<App>, directory: URL) {
+        self.harness = harness
+        self.directory = directory
+        socket = directory.appendingPathComponent("hub.sock").path
+        data = directory.appendingPathComponent("data").path
+    }
+
+    func fail(_ message: String) -> ConvergenceHarness<App>.Failure {
+        .init(seed: harness.seed, message: message)
+    }
+
+    /// Kills every process by PID and removes the directory.
+    func tearDown() {
+        for pid in pids.withLock({ $0 }) {
+            kill(pid, SIGCONT)
+            kill(pid, SIGKILL)
+            var status: Int32 = 0
+            _ = waitpid(pid, &status, 0)
+        }
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    private func track(_ process: Process) { pids.withLock { $0.append(process.processIdentifier) } }
+
+    func startHub() async throws -> Process {
+        let process = Process()
+        process.executableURL = harness.hub
+        process.arguments = ["--socket", socket, "--data-dir", data] + harness.hubArguments
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        track(process)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while (try? HubConnection.status(at: socket)) == nil {
+            guard process.isRunning, ContinuousClock.now < deadline else {
+                throw fail("the hub \(harness.hub.lastPathComponent) did not start on \(socket)")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return process
+    }
+
+    func startReplica(_ index: Int) throws -> ReplicaProcess {
+        let replica = try ReplicaProcess(cli: harness.cli, socket: socket, name: "harness-\(index)")
+        track(replica.process)
+        return replica
+    }
+
+    func execute(_ generator: @escaping @Sendable (inout SeededGenerator, Int) -> App.Action) async throws
+        -> ConvergenceHarness<App>.Report {
+        let app = harness.app
+        var random = SeededGenerator(seed: harness.seed)
+        var hub = try await startHub()
+        var replicas = try (0..<harness.replicas).map { try startReplica($0) }
+        for replica in replicas { try await replica.waitAttached(fail) }
+        let faults = harness.faults
+        let count = harness.actionsPerReplica
+        // Each replica's lines, chosen up front from the seed (the run is replayable).
+        var lines: [[String]] = []
+        for index in 0..<replicas.count {
+            var mine = SeededGenerator(seed: random.next())
+            lines.append((0..<count).map { _ in app.encodeAction(generator(&mine, index)).canonicalString })
+        }
+        let killed = faults.contains(.killReplica) && replicas.count > 1 ? replicas.count - 1 : nil
+        let half = count / 2
+        // First half from everyone, concurrently (the pipes hold them; each CLI sends one at a time).
+        for (index, replica) in replicas.enumerated() { replica.send(lines[index][..<half]) }
+        try await waitForLines(replicas, sent: half)
+        if let killed {
+            kill(replicas[killed].process.processIdentifier, SIGKILL)
+            replicas[killed].process.waitUntilExit()
+        }
+        if faults.contains(.slowConsumer) { kill(replicas[0].process.processIdentifier, SIGSTOP) }
+        if faults.contains(.hubRestart) {
+            kill(hub.processIdentifier, SIGKILL)
+            hub.waitUntilExit()
+            hub = try await startHub()
+        }
+        for (index, replica) in replicas.enumerated() where index != killed {
+            replica.send(lines[index][half...])
+        }
+        if faults.contains(.slowConsumer) {
+            try await Task.sleep(for: .milliseconds(Int(random.next() % 300) + 100))
+            kill(replicas[0].process.processIdentifier, SIGCONT)
+        }
+        if faults.contains(.lateJoiner) {
+            let late = try startReplica(replicas.count)
+            try await late.waitAttached(fail)
+            replicas.append(late)
+        }
+        let survivors = replicas.indices.filter { $0 != killed }
+        // Every survivor of the first ones sent all its lines (a late joiner sends none).
+        try await waitForLines(survivors.filter { $0 < harness.replicas }.map { replicas[$0] }, sent: count)
+        // Settle: every survivor asks for its digest after everything sequenced so far.
+        for index in survivors { replicas[index].send([":digest"]) }
+        let status = try HubConnection.status(at: socket)
+        for index in survivors {
+            let replica = replicas[index]
+            let digest = try await replica.waitDigest(fail)
+            let events = replica.events()
+            // Every seq once and in order, across reconnects.
+            let seqs = events.compactMap(\.seq)
+            if let first = seqs.first, seqs != Array(first...(first + UInt64(seqs.count) - 1)) {
+                throw fail("replica \(index) saw seqs out of order or twice: \(seqs.prefix(20))…")
+            }
+            if digest.seq < status.seq {
+                // It settled before the last actions of others; ask again.
+                replica.send([":digest"])
+                let again = try await replica.waitDigest(fail, after: digest.seq)
+                guard again.digest == status.digest else {
+                    throw fail(divergence(replica: index, digest: again.digest, hub: status.digest, log: events))
+                }
+            } else if digest.digest != status.digest {
+                throw fail(divergence(replica: index, digest: digest.digest, hub: status.digest, log: events))
+            }
+            // Exactly once: each line this replica sent was sequenced once (as its own action).
+            if index < lines.count {
+                let own = events.filter(\.isOwn).count
+                if own != lines[index].count {
+                    throw fail("replica \(index) sent \(lines[index].count) actions, \(own) were sequenced as its own (exactly once expected)")
+                }
+            }
+        }
+        withExtendedLifetime(hub) {}
+        return .init(seed: harness.seed, seq: status.seq, digest: status.digest)
+    }
+
+    /// Waits until every replica (but `skip`) has seen `sent` of its own actions sequenced.
+    private func waitForLines(_ replicas: [ReplicaProcess], sent: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(120)
+        for (index, replica) in replicas.enumerated() {
+            while replica.events().filter(\.isOwn).count < sent {
+                guard ContinuousClock.now < deadline else {
+                    throw fail("replica \(index) had \(replica.events().filter(\.isOwn).count) of \(sent) actions sequenced after 120 s; stderr: \(replica.errors.suffix(3))")
+                }
+                guard replica.process.isRunning else { throw fail("replica \(index) exited: \(replica.errors.suffix(3))") }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
+    }
+
+    /// Replays the sequenced actions the replica saw, to find where they stop agreeing.
+    private func divergence(replica: Int, digest: String, hub: String, log: [ReplicaProcess.Event]) -> String {
+        var message = "replica \(replica) ended with digest \(digest), the hub with \(hub)"
+        let actions = log.compactMap { event -> App.Action? in try? harness.app.decodeAction(event.action) }
+        if let first = log.first?.seq, first == 1, let divergence = DeterminismCheck.check(harness.app, actions: actions) {
+            message += "; replaying the sequenced actions, the first divergence is at seq \(divergence.index + 1): \(divergence)"
+        }
+        return message
+    }
+}
+
+/// One replica process: the CLI's `attach --json`, its stdin and the events it printed.
+private final class ReplicaProcess: @unchecked Sendable {
+    // @unchecked: `state` is guarded by `lock`; `process` and `input` are set once in init.
+    struct Event {
+        var seq: UInt64?
+        var origin: Int?
+        var action: JSON
+        var isOwn: Bool
+    }
+
+    private struct State {
+        var events: [Event] = []
+        var ownIDs: Set<Int> = []
+        var digests: [(seq: UInt64, digest: String)] = []
+        var attached = false
+        var errors: [String] = []
+        var partial: [UInt8] = []
+    }
+
+    let process = Process()
+    private let input = Pipe()
+    private let output = Pipe()
+    private let lock = NSLock()
+    private var state = State()
+
+    init(cli: URL, socket: String, name: String) throws {
+        process.executableURL = cli
+        process.arguments = ["--socket", socket, "--name", name, "--json", "attach"]
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        output.fileHandleForReading.readabilityHandler = { [weak self] handle in
+            let data = handle.availableData
+            // End of file: stop being called (an empty read would repeat forever).
+            if data.isEmpty { handle.readabilityHandler = nil }
+            self?.consume(data)
+        }
+        try process.run()
+    }
+
+    var errors: [String] { lock.withLock { state.errors } }
+
+    func events() -> [Event] { lock.withLock { state.events } }
+
+    func send<S: Sequence>(_ lines: S) where S.Element == String {
+        let text = lines.map { $0 + "\n" }.joined()
+        try? input.fileHandleForWriting.write(contentsOf: Data(text.utf8))
+    }
+
+    private func consume(_ data: Data) {
+        lock.withLock {
+            state.partial.append(contentsOf: data)
+            while let newline = state.partial.firstIndex(of: 0x0A) {
+                let line = Array(state.partial[..<newline])
+                state.partial.removeSubrange(...newline)
+                guard let json = try? JSON(parsing: line) else { continue }
+                handle(json)
+            }
+        }
+    }
+
+    /// Called under `lock`.
+    private func handle(_ json: JSON) {
+        switch json["type"]?.stringValue {
+        case "attached"?:
+            state.attached = true
+            if let id = json["replica"]?.intValue { state.ownIDs.insert(id) }
+        case "link"?:
+            if let id = json["replica"]?.intValue { state.ownIDs.insert(id) }
+        case "digest"?:
+            if let seq = json["seq"]?.intValue, let digest = json["digest"]?.stringValue {
+                state.digests.append((UInt64(seq), digest))
+            }
+        case "error"?, "rejected"?:
+            state.errors.append(json.canonicalString)
+        case nil:
+            if let seq = json["seq"]?.intValue, let action = json["action"] {
+                let origin = json["origin"]?.intValue
+                state.events.append(Event(seq: UInt64(seq), origin: origin, action: action,
+                                          isOwn: origin.map { state.ownIDs.contains($0) } ?? false))
+            }
+        default:
+            break
+        }
+    }
+
+    func waitAttached(_ fail: (String) -> Error) async throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !lock.withLock({ state.attached }) {
+            guard process.isRunning, ContinuousClock.now < deadline else { throw fail("a replica did not attach") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    func waitDigest(_ fail: (String) -> Error, after seq: UInt64? = nil) async throws -> (seq: UInt64, digest: String) {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while true {
+            if let found = lock.withLock({ state.digests.last(where: { seq == nil || $0.seq > seq ?? 0 }) }) { return found }
+            guard process.isRunning, ContinuousClock.now < deadline else { throw fail("a replica did not report its digest") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+}
