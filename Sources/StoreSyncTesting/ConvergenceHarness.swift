@@ -426,3 +426,35 @@ private final class ReplicaProcess: @unchecked Sendable {
         }
     }
 }
+
+/// A product of the package under test, built next to the test bundle (`swift test` builds
+/// the executables first): for ``ConvergenceHarness``'s `hub` and `cli`.
+///
+/// - Parameter name: The executable product's name, e.g. `"tally-hub"`.
+/// - Returns: Its URL.
+/// - Throws: ``ConvergenceHarness/Failure``-like error text when it is not there.
+public func builtExecutable(_ name: String) throws -> URL {
+    var directories: [URL] = []
+    if let here = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+        directories.append(URL(fileURLWithPath: here).deletingLastPathComponent())
+    }
+    directories.append(Bundle.main.bundleURL.deletingLastPathComponent())
+    directories.append(Bundle.main.bundleURL)
+    for directory in directories {
+        let url = directory.appendingPathComponent(name)
+        if FileManager.default.isExecutableFile(atPath: url.path) { return url }
+    }
+    throw ExecutableNotFound(name: name, searched: directories.map(\.path))
+}
+
+/// ``builtExecutable(_:)`` found nothing.
+public struct ExecutableNotFound: Error, Sendable, CustomStringConvertible {
+    /// The product's name.
+    public let name: String
+    /// Where it looked.
+    public let searched: [String]
+    /// What to do.
+    public var description: String {
+        "cannot find the executable \(name) next to the test bundle (looked in \(searched)); declare it as an executable product of the package and run swift build or swift test"
+    }
+}

@@ -548,7 +548,7 @@ extension MultiProcessTests {
     struct Harness {
         @Test("hubd and replica-cli on the json app: killed replica, late joiner, slow consumer, hub kill -9; every digest equal")
         func jsonAppConverges() async throws {
-            let harness = ConvergenceHarness(app: JSONApp(), hub: try Executables.url("hubd"),
+            let harness = ConvergenceHarness(app: JSONApp(), hub: try builtExecutable("hubd"),
                                              cli: try Executables.url("replica-cli"), hubArguments: ["--app", "json"])
             let report = try await harness.run { random, replica in
                 let pointer = (try? JSONPointer("/r\(replica)/\(random.next() % 4)")) ?? .root
@@ -559,7 +559,7 @@ extension MultiProcessTests {
 
         @Test("the counter app, without faults, with a fixed seed")
         func counterConverges() async throws {
-            let harness = ConvergenceHarness(app: CounterApp(), hub: try Executables.url("hubd"),
+            let harness = ConvergenceHarness(app: CounterApp(), hub: try builtExecutable("hubd"),
                                              cli: try Executables.url("replica-cli"), replicas: 2, actionsPerReplica: 20,
                                              faults: [], seed: 42, hubArguments: ["--app", "counter"])
             let report = try await harness.run { random, _ in random.next() % 2 == 0 ? .increment : .decrement }

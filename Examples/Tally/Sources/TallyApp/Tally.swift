@@ -1,65 +1,29 @@
-import Foundation
 import SyncCore
 
+// BEGIN README tally app example
 /// A shared tally: named counters that every process sees alike.
-///
-/// The whole app: a Codable state, a tagged action enum and a pure reducer. The wire codec
-/// comes from `CodableSyncApp`; actions travel as `{"type":"add","name":"coffee","amount":2}`.
 public struct Tally: CodableSyncApp {
-    /// The counters by name, and when the tally was last reset (a time chosen by the
-    /// dispatching process and carried in the action, never read by the reducer).
     public struct State: Codable, Equatable, Sendable {
-        /// The counters.
         public var counts: [String: Int] = [:]
-        /// Seconds since 1970 of the last reset, as the resetting process saw its clock.
-        public var resetAt: Double?
-
-        /// An empty tally.
+        public var resetAt: Double?            // the resetting process's clock, carried in the action
         public init() {}
     }
 
-    /// What can happen to a tally.
     public enum Action: TaggedEnumCodable, Equatable, Sendable {
-        /// Adds `amount` (may be negative) to a counter, creating it at 0.
-        case add(name: String, amount: Int)
-        /// Removes every counter; `at` is the dispatcher's clock.
-        case reset(at: Double)
+        case add(name: String, amount: Int)    // {"type":"add","name":"tea","amount":2}
+        case reset(at: Double)                 // {"type":"reset","at":1732500000}
     }
 
-    /// Why an action is refused.
-    public enum Failure: Error, Sendable, Equatable, CustomStringConvertible {
-        /// A counter name must not be empty.
+    public enum Failure: Error, Sendable, Equatable {
         case emptyName
-
-        /// What to do.
-        public var description: String { "a counter needs a name: add NAME [AMOUNT]" }
     }
 
-    /// Creates the app.
     public init() {}
-
-    /// `tally`.
     public static let name = "tally"
-    /// `1`.
     public static let version = "1"
-    /// One line for listings.
-    public static let summary = "named counters shared by every process"
-    /// The CLI shorthand.
-    public static let commandHelp = """
-        add NAME [AMOUNT]            add AMOUNT (default 1) to counter NAME
-        reset                        remove every counter (this process's clock goes in the action)
-        {"type":…}                   any wire action as JSON
-        """
-
-    /// No counters.
     public var initialState: State { State() }
 
-    /// Applies an action; refuses an empty counter name before changing anything.
-    ///
-    /// - Parameters:
-    ///   - state: The state.
-    ///   - action: The action.
-    /// - Throws: ``Failure/emptyName``.
+    /// Pure and deterministic: no clock, no randomness, no I/O; it validates before writing.
     public func reduce(into state: inout State, action: Action) throws(Failure) {
         switch action {
         case .add(let name, let amount):
@@ -70,25 +34,5 @@ public struct Tally: CodableSyncApp {
             state.resetAt = at
         }
     }
-
-    /// `add NAME [AMOUNT]`, `reset`, or a JSON action.
-    ///
-    /// - Parameter line: The typed line.
-    /// - Returns: The action's wire form.
-    /// - Throws: ``AppCodingError`` for anything else.
-    public func command(_ line: String) throws(AppCodingError) -> AppCommand<State, Action> {
-        let words = line.split(separator: " ").map(String.init)
-        switch words.first {
-        case "add"?:
-            guard words.count == 2 || words.count == 3, let amount = words.count == 3 ? Int(words[2]) : 1 else {
-                throw AppCodingError("usage: add NAME [AMOUNT]")
-            }
-            return .action(encodeAction(.add(name: words[1], amount: amount)))
-        case "reset"?:
-            // Time is chosen here, in the dispatching process, and carried in the action.
-            return .action(encodeAction(.reset(at: Double(Int(Date.now.timeIntervalSince1970)))))
-        default:
-            return .action(try AppCommandParsing.jsonObject(line))
-        }
-    }
 }
+// END README tally app example

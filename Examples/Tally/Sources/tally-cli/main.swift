@@ -1,5 +1,6 @@
+// BEGIN README tally cli example
 import StoreSyncCommands
 import TallyApp
 
-// The tally's CLI: attach, dispatch, state, watch, status, with the app's shorthand.
-await ReplicaCommand.main(app: Tally())
+await ReplicaCommand.main(app: Tally())   // attach, dispatch, state, watch, status, shorthand
+// END README tally cli example

@@ -1,5 +1,6 @@
+// BEGIN README tally hub example
 import StoreSyncCommands
 import TallyApp
 
-// The tally's daemon: every hubd flag, for this app.
-HubCommand.main(app: Tally())
+HubCommand.main(app: Tally())        // every hubd flag, signal, log line and exit status
+// END README tally hub example

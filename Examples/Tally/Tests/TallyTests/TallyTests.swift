@@ -59,29 +59,52 @@ struct TallyProcessTests {
         #expect(status.digest == Tally().digest(of: replica.store.state))
     }
 
-    @Test("converges across processes with every fault (the harness from StoreSyncTesting)")
+    // BEGIN README tally convergence example
+    @Test("converges across processes with every fault")
     func converges() async throws {
-        let harness = ConvergenceHarness(app: Tally(), hub: try executable("tally-hub"), cli: try executable("tally-cli"))
+        let harness = ConvergenceHarness(app: Tally(), hub: try builtExecutable("tally-hub"), cli: try builtExecutable("tally-cli"))
         let report = try await harness.run { random, replica in
             random.next() % 10 == 0
-                ? .reset(at: Double(random.next() % 1_000_000))    // the "clock" comes from the seed, in the action
+                ? .reset(at: Double(random.next() % 1_000_000))    // even a "clock" comes from the seed
                 : .add(name: ["tea", "coffee", "water"][Int(random.next() % 3)], amount: Int(random.next() % 5) + 1)
         }
-        #expect(report.seq > 0, "\(report)")
+        #expect(report.seq > 0, "\(report)")   // on failure: the seed and the first diverging seq
     }
+    // END README tally convergence example
 
-    private func executable(_ name: String) throws -> URL {
-        let here = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-        for directory in [URL(fileURLWithPath: here).deletingLastPathComponent(), Bundle.main.bundleURL.deletingLastPathComponent()] {
-            let url = directory.appendingPathComponent(name)
-            if FileManager.default.isExecutableFile(atPath: url.path) { return url }
+    @Test("a main-actor model over a replica of the tally", .timeLimit(.minutes(1)))
+    @MainActor
+    func mainActorModel() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tally-model-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let socket = directory.appendingPathComponent("hub.sock").path
+        let hub = try start("tally-hub", ["--socket", socket])
+        defer {
+            kill(hub.processIdentifier, SIGKILL)
+            hub.waitUntilExit()
+            try? FileManager.default.removeItem(at: directory)
         }
-        throw TallyTestError("cannot find \(name) next to the test bundle; run swift build first")
+        let deadline = ContinuousClock.now + .seconds(30)
+        while (try? HubConnection.status(at: socket)) == nil {
+            guard ContinuousClock.now < deadline, hub.isRunning else { throw TallyTestError("tally-hub did not start") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        // BEGIN README tally model example
+        let replica = try await Replica.attach(app: Tally(), socketPath: socket, timeout: .seconds(5))
+        defer { replica.close() }
+        let model = ReplicaModel(replica)                  // @MainActor, Observable: hold it in a view
+        let seq = try await model.dispatch(.add(name: "tea", amount: 2))
+        while model.state.counts["tea"] != 2 {             // state changes on the main actor only
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        // END README tally model example
+        #expect(seq == 1)
+        #expect(model.linkState == .connected)
     }
 
     private func start(_ name: String, _ arguments: [String]) throws -> Process {
         let process = Process()
-        process.executableURL = try executable(name)
+        process.executableURL = try builtExecutable(name)
         process.arguments = arguments
         process.standardError = FileHandle.nullDevice
         try process.run()
@@ -90,7 +113,7 @@ struct TallyProcessTests {
 
     private func run(_ name: String, _ arguments: [String]) async throws -> (status: Int32, out: String) {
         let process = Process()
-        process.executableURL = try executable(name)
+        process.executableURL = try builtExecutable(name)
         process.arguments = arguments
         let pipe = Pipe()
         process.standardOutput = pipe
