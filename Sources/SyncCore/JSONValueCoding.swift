@@ -41,7 +41,7 @@ public struct JSONValueDecoder: Sendable {
     /// - Throws: ``AppCodingError`` naming the coding path and what was expected.
     public func decode<T: Decodable>(_ type: T.Type, from json: JSON) throws(AppCodingError) -> T {
         do {
-            return try decodeValue(type, from: json, path: [])
+            return try decodeValue(type, from: json, path: LazyPath([]))
         } catch let error as AppCodingError {
             throw error
         } catch let error as DecodingError {
@@ -90,23 +90,6 @@ private func flattenTagged(_ json: JSON, names: [String: [String]], path: [any C
         members[JSONKey(name)] = value
     }
     return .object(members)
-}
-
-/// `{"type":"case", members}` (the wire) → `{"case":{members}}` (what synthesized `Codable` reads).
-private func nestTagged(_ json: JSON, names: [String: [String]], path: [any CodingKey]) throws -> JSON {
-    guard case .object(var members) = json, let tag = members.removeValue(forKey: "type")?.stringValue else {
-        throw AppCodingError("\(describe(path)): expected an object with a string \"type\" naming the case, got \(json.canonicalString)")
-    }
-    let renames = names[tag] ?? []
-    var fields: [JSONKey: JSON] = [:]
-    for (key, value) in members {
-        if let index = renames.firstIndex(where: { JSONKey($0) == key }) {
-            fields[JSONKey("_\(index)")] = value
-        } else {
-            fields[key] = value
-        }
-    }
-    return .object([JSONKey(tag): .object(fields)])
 }
 
 // MARK: - Encoding
@@ -342,45 +325,61 @@ private func leaf(_ json: JSON) -> EncodedBox {
 
 // MARK: - Decoding
 
-private func decodeValue<T: Decodable>(_ type: T.Type, from json: JSON, path: [any CodingKey]) throws -> T {
+/// A coding path built only when it is needed (an error, a nested decoder): most values are
+/// decoded without ever allocating one.
+private struct LazyPath {
+    let parent: [any CodingKey]
+    let key: (any CodingKey)?
+
+    init(_ parent: [any CodingKey], _ key: (any CodingKey)? = nil) {
+        self.parent = parent
+        self.key = key
+    }
+
+    var array: [any CodingKey] { key.map { parent + [$0] } ?? parent }
+}
+
+private func decodeValue<T: Decodable>(_ type: T.Type, from json: JSON, path: LazyPath) throws -> T {
     func mismatch(_ expected: String) -> DecodingError {
-        .typeMismatch(T.self, .init(codingPath: path, debugDescription: "expected \(expected), got \(json.canonicalString)"))
+        .typeMismatch(T.self, .init(codingPath: path.array, debugDescription: "expected \(expected), got \(json.canonicalString)"))
     }
     // Metatype comparisons are pointer compares; `is X.Type` would be a dynamic cast each.
+    // Each `unsafeBitCast` below follows the check that `T` is exactly that type.
     let requested = ObjectIdentifier(type)
     if requested == ObjectIdentifier(String.self) {
         guard case .string(let v) = json else { throw mismatch("a string") }
-        return try cast(v, path)
+        return unsafeBitCast(v, to: T.self)
     }
-    if requested == ObjectIdentifier(Int.self) { return try cast(try exactInteger(json, path, mismatch) as Int, path) }
+    if requested == ObjectIdentifier(Int.self) {
+        return unsafeBitCast(try exactInteger(json, mismatch) as Int, to: T.self)
+    }
     if requested == ObjectIdentifier(Bool.self) {
         guard case .bool(let v) = json else { throw mismatch("a boolean") }
-        return try cast(v, path)
+        return unsafeBitCast(v, to: T.self)
     }
     if requested == ObjectIdentifier(Double.self) {
         guard case .number(let v) = json else { throw mismatch("a number") }
-        return try cast(v, path)
+        return unsafeBitCast(v, to: T.self)
     }
     switch type {
     case is Float.Type:
         guard case .number(let v) = json else { throw mismatch("a number") }
-        return try cast(Float(v), path)
-    case is Int8.Type: return try cast(try exactInteger(json, path, mismatch) as Int8, path)
-    case is Int16.Type: return try cast(try exactInteger(json, path, mismatch) as Int16, path)
-    case is Int32.Type: return try cast(try exactInteger(json, path, mismatch) as Int32, path)
-    case is Int64.Type: return try cast(try exactInteger(json, path, mismatch) as Int64, path)
-    case is UInt.Type: return try cast(try exactInteger(json, path, mismatch) as UInt, path)
-    case is UInt8.Type: return try cast(try exactInteger(json, path, mismatch) as UInt8, path)
-    case is UInt16.Type: return try cast(try exactInteger(json, path, mismatch) as UInt16, path)
-    case is UInt32.Type: return try cast(try exactInteger(json, path, mismatch) as UInt32, path)
-    case is UInt64.Type: return try cast(try exactInteger(json, path, mismatch) as UInt64, path)
-    case is JSON.Type: return try cast(json, path)
+        return try cast(Float(v), path.array)
+    case is Int8.Type: return try cast(try exactInteger(json, mismatch) as Int8, path.array)
+    case is Int16.Type: return try cast(try exactInteger(json, mismatch) as Int16, path.array)
+    case is Int32.Type: return try cast(try exactInteger(json, mismatch) as Int32, path.array)
+    case is Int64.Type: return try cast(try exactInteger(json, mismatch) as Int64, path.array)
+    case is UInt.Type: return try cast(try exactInteger(json, mismatch) as UInt, path.array)
+    case is UInt8.Type: return try cast(try exactInteger(json, mismatch) as UInt8, path.array)
+    case is UInt16.Type: return try cast(try exactInteger(json, mismatch) as UInt16, path.array)
+    case is UInt32.Type: return try cast(try exactInteger(json, mismatch) as UInt32, path.array)
+    case is UInt64.Type: return try cast(try exactInteger(json, mismatch) as UInt64, path.array)
+    case is JSON.Type: return try cast(json, path.array)
     default:
         if let tagged = type as? any TaggedEnumCodable.Type {
-            let nested = try nestTagged(json, names: tagged.memberNames, path: path)
-            return try T(from: ValueDecoder(json: nested, codingPath: path))
+            return try T(from: TaggedDecoder(json: json, names: tagged.memberNames, codingPath: path.array))
         }
-        return try T(from: ValueDecoder(json: json, codingPath: path))
+        return try T(from: ValueDecoder(json: json, codingPath: path.array))
     }
 }
 
@@ -392,8 +391,7 @@ private func cast<T>(_ value: Any, _ path: [any CodingKey]) throws -> T {
     return result
 }
 
-private func exactInteger<I: FixedWidthInteger>(_ json: JSON, _ path: [any CodingKey],
-                                                _ mismatch: (String) -> DecodingError) throws -> I {
+private func exactInteger<I: FixedWidthInteger>(_ json: JSON, _ mismatch: (String) -> DecodingError) throws -> I {
     guard case .number(let value) = json, value.rounded() == value, abs(value) <= Double(maxExactInteger),
           let exact = I(exactly: value) else {
         throw mismatch("an integer that fits \(I.self) (within ±(2^53 − 1))")
@@ -411,7 +409,7 @@ private struct ValueDecoder: Decoder {
             throw DecodingError.typeMismatch([String: JSON].self,
                                              .init(codingPath: codingPath, debugDescription: "expected an object, got \(json.canonicalString)"))
         }
-        return KeyedDecodingContainer(KeyedDecoding<Key>(members: members, codingPath: codingPath))
+        return KeyedDecodingContainer(KeyedDecoding<Key>(members: members, renames: [], codingPath: codingPath))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
@@ -427,17 +425,87 @@ private struct ValueDecoder: Decoder {
     }
 }
 
+/// Decodes a ``TaggedEnumCodable`` straight from `{"type":"case", members…}`: it shows the
+/// synthesized `init(from:)` the `{"case":{members}}` shape it expects, without building it.
+private struct TaggedDecoder: Decoder {
+    let json: JSON
+    let names: [String: [String]]
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        guard case .object(let members) = json, let tag = members["type"]?.stringValue else {
+            throw AppCodingError("\(describe(codingPath)): expected an object with a string \"type\" naming the case, got \(json.canonicalString)")
+        }
+        return KeyedDecodingContainer(TaggedCase<Key>(tag: tag, members: members, renames: names[tag] ?? [], codingPath: codingPath))
+    }
+
+    func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        throw AppCodingError("\(describe(codingPath)): a tagged enum is an object with a \"type\"")
+    }
+
+    func singleValueContainer() throws -> any SingleValueDecodingContainer {
+        throw AppCodingError("\(describe(codingPath)): a tagged enum is an object with a \"type\"")
+    }
+}
+
+/// The outer `{"case": …}` level of a tagged enum: one key, the case named by `"type"`.
+private struct TaggedCase<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    let tag: String
+    let members: [JSONKey: JSON]
+    let renames: [String]
+    let codingPath: [any CodingKey]
+
+    var allKeys: [Key] { Key(stringValue: tag).map { [$0] } ?? [] }
+
+    func contains(_ key: Key) -> Bool { JSONKey(key.stringValue) == JSONKey(tag) }
+
+    private func notTheCase(_ key: Key) -> DecodingError {
+        .keyNotFound(key, .init(codingPath: codingPath, debugDescription: "the case is \"\(tag)\""))
+    }
+
+    func decodeNil(forKey key: Key) throws -> Bool { throw notTheCase(key) }
+
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        guard contains(key) else { throw notTheCase(key) }
+        return try T(from: ValueDecoder(json: .object(members.filter { $0.key != "type" }), codingPath: codingPath + [key]))
+    }
+
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type,
+                                               forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
+        guard contains(key) else { throw notTheCase(key) }
+        return KeyedDecodingContainer(KeyedDecoding<NestedKey>(members: members, renames: renames, codingPath: codingPath + [key]))
+    }
+
+    func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer { throw notTheCase(key) }
+
+    func superDecoder() throws -> any Decoder { ValueDecoder(json: .object(members), codingPath: codingPath) }
+
+    func superDecoder(forKey key: Key) throws -> any Decoder { ValueDecoder(json: .object(members), codingPath: codingPath + [key]) }
+}
+
 private struct KeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
     let members: [JSONKey: JSON]
+    /// For a tagged case: the wire names of its unlabeled values `_0`, `_1`, ….
+    let renames: [String]
     let codingPath: [any CodingKey]
 
     var allKeys: [Key] { members.keys.compactMap { Key(stringValue: $0.string) } }
 
-    func contains(_ key: Key) -> Bool { members[JSONKey(key.stringValue)] != nil }
+    /// The member a key names on the wire (`_0` → its given name in a tagged case).
+    private func wireName(_ key: Key) -> JSONKey {
+        let name = key.stringValue
+        if !renames.isEmpty, name.utf8.first == UInt8(ascii: "_"), let index = Int(name.dropFirst()), index < renames.count {
+            return JSONKey(renames[index])
+        }
+        return JSONKey(name)
+    }
+
+    func contains(_ key: Key) -> Bool { members[wireName(key)] != nil }
 
     private func value(_ key: Key) throws -> JSON {
-        guard let value = members[JSONKey(key.stringValue)] else {
-            throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "no member \"\(key.stringValue)\""))
+        guard let value = members[wireName(key)] else {
+            throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "no member \"\(wireName(key).string)\""))
         }
         return value
     }
@@ -445,7 +513,7 @@ private struct KeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
     func decodeNil(forKey key: Key) throws -> Bool { try value(key).isNull }
 
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
-        try decodeValue(type, from: try value(key), path: codingPath + [key])
+        try decodeValue(type, from: try value(key), path: LazyPath(codingPath, key))
     }
 
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type,
@@ -462,7 +530,7 @@ private struct KeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
     }
 
     func superDecoder(forKey key: Key) throws -> any Decoder {
-        ValueDecoder(json: members[JSONKey(key.stringValue)] ?? .null, codingPath: codingPath + [key])
+        ValueDecoder(json: members[wireName(key)] ?? .null, codingPath: codingPath + [key])
     }
 }
 
@@ -479,13 +547,13 @@ private struct UnkeyedDecoding: UnkeyedDecodingContainer {
     var count: Int? { elements.count }
     var isAtEnd: Bool { currentIndex >= elements.count }
 
-    private mutating func next<T>(_ type: T.Type) throws -> (JSON, [any CodingKey]) {
+    private mutating func next<T>(_ type: T.Type) throws -> (JSON, LazyPath) {
         guard !isAtEnd else {
             throw DecodingError.valueNotFound(type, .init(codingPath: codingPath + [AnyKey(currentIndex)],
                                                           debugDescription: "the array has only \(elements.count) elements"))
         }
         defer { currentIndex += 1 }
-        return (elements[currentIndex], codingPath + [AnyKey(currentIndex)])
+        return (elements[currentIndex], LazyPath(codingPath, AnyKey(currentIndex)))
     }
 
     mutating func decodeNil() throws -> Bool {
@@ -501,17 +569,17 @@ private struct UnkeyedDecoding: UnkeyedDecodingContainer {
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
         let (json, path) = try next([String: JSON].self)
-        return try ValueDecoder(json: json, codingPath: path).container(keyedBy: type)
+        return try ValueDecoder(json: json, codingPath: path.array).container(keyedBy: type)
     }
 
     mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
         let (json, path) = try next([JSON].self)
-        return try ValueDecoder(json: json, codingPath: path).unkeyedContainer()
+        return try ValueDecoder(json: json, codingPath: path.array).unkeyedContainer()
     }
 
     mutating func superDecoder() throws -> any Decoder {
         let (json, path) = try next(JSON.self)
-        return ValueDecoder(json: json, codingPath: path)
+        return ValueDecoder(json: json, codingPath: path.array)
     }
 }
 
@@ -522,7 +590,7 @@ private struct SingleValueDecoding: SingleValueDecodingContainer {
     func decodeNil() -> Bool { json.isNull }
 
     func decode<T: Decodable>(_ type: T.Type) throws -> T {
-        try decodeValue(type, from: json, path: codingPath)
+        try decodeValue(type, from: json, path: LazyPath(codingPath))
     }
 }
 
