@@ -34,7 +34,7 @@ public struct HubConfiguration: Sendable {
     public var checkpointEvery: Int = 10_000
     /// Applies every action to two copies of the state and refuses (`rejected`) one whose
     /// results differ: a reducer that reads a clock, a random source or a global is caught
-    /// before it diverges the replicas (default off: it doubles the reducer's cost).
+    /// before it diverges the replicas (default off: two more reducer runs and two state digests per live action; recovery is not checked).
     public var checkDeterminism = false
     /// Dispatch ids remembered per client session, at least (default 1,000).
     public var dedupWindow: Int = 1_000

@@ -24,6 +24,9 @@ struct HubEngine: Sendable {
     @usableFromInline let fingerprint: String
     /// Decodes a wire action and applies it to the root store.
     @usableFromInline let apply: @Sendable (JSON) -> Outcome
+    /// Applies a recovered journal record: never `--check-determinism`ed (the record was
+    /// accepted once, and refusing it now would keep the hub from starting).
+    @usableFromInline let replay: @Sendable (JSON) -> Outcome
     /// The root store's state as JSON.
     @usableFromInline let snapshot: @Sendable () -> JSON
     /// Replaces the root store's state with a decoded snapshot (recovery and rollback).
@@ -36,14 +39,14 @@ struct HubEngine: Sendable {
         let store = Store(initialState: app.initialState, reducer: app)
         appName = App.name
         fingerprint = App.fingerprint
-        apply = { json in
+        let applyOnce: @Sendable (JSON, Bool) -> Outcome = { json, check in
             let action: App.Action
             do throws(AppCodingError) {
                 action = try app.decodeAction(json)
             } catch {
                 return .badAction(error.message)
             }
-            if checkDeterminism, let refusal = Self.determinismRefusal(app, action: action, json: json, state: store.unobservedState) {
+            if check, let refusal = Self.determinismRefusal(app, action: action, json: json, state: store.unobservedState) {
                 return .rejected(refusal)
             }
             do throws(App.Failure) {
@@ -53,6 +56,8 @@ struct HubEngine: Sendable {
             }
             return .applied
         }
+        apply = { json in applyOnce(json, checkDeterminism) }
+        replay = { json in applyOnce(json, false) }
         snapshot = { app.encodeState(store.state) }
         initialState = app.encodeState(app.initialState)
         restore = { json in

@@ -148,7 +148,7 @@ final class Sequencer {
         }
         var checkpoints = Dictionary(recovery.checkpoints.map { ($0.seq, $0.digest) }, uniquingKeysWith: { a, _ in a })
         for record in recovery.records {
-            switch engine.apply(record.action) {
+            switch engine.replay(record.action) {
             case .applied:
                 break
             case .badAction(let message), .rejected(let message):

@@ -15,10 +15,12 @@ extension Replica {
     ///   - middleware: Local middleware, outermost first.
     ///   - reconnect: How the connection comes back after a drop (default: automatically).
     ///   - session: This replica's session; `nil` picks a random one.
-    ///   - timeout: How long to wait for the hub's welcome (a hub whose state is large takes
-    ///     longer to send it).
+    ///   - startReading: Start applying the hub's actions right away (the default); `false`
+    ///     lets observers register first, then call ``startReading()``.
+    ///   - timeout: How long to wait for the hub's welcome; each read of it waits at most this
+    ///     long (a hub whose state is large takes longer to send it).
     ///   - onDispatchFailure: Receives fire-and-forget dispatches that could not be sent.
-    /// - Returns: The attached replica, reading.
+    /// - Returns: The attached replica (reading, unless `startReading` is `false`).
     /// - Throws: ``ReplicaError``: no hub, a refusal (`app-mismatch`, …), or no welcome in time.
     public static func attach(
         app: App,
@@ -27,18 +29,22 @@ extension Replica {
         middleware: [Middleware<App.State, App.Action>] = [.thunk],
         reconnect: ReconnectPolicy = .automatic,
         session: String? = nil,
+        startReading: Bool = true,
         timeout: Duration,
         onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
     ) async throws(ReplicaError) -> Replica {
         let path = SocketPath.resolve(explicit: socketPath)
         let (seconds, attoseconds) = timeout.components
-        let milliseconds = Int32(clamping: max(1, seconds * 1_000 + attoseconds / 1_000_000_000_000_000))
+        // Saturating: a huge timeout is "a very long time", never an overflow.
+        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000)
+        let total = overflow ? Int64.max : scaled.addingReportingOverflow(attoseconds / 1_000_000_000_000_000).partialValue
+        let milliseconds = Int32(clamping: max(1, total))
         let outcome: Result<Replica, ReplicaError> = await withCheckedContinuation { continuation in
             let thread = Thread {
                 do throws(ReplicaError) {
                     let connection = try HubConnection(path: path)
                     continuation.resume(returning: .success(try attach(
-                        app: app, over: connection, name: name, middleware: middleware, startReading: true,
+                        app: app, over: connection, name: name, middleware: middleware, startReading: startReading,
                         reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: milliseconds,
                         onDispatchFailure: onDispatchFailure)))
                 } catch {

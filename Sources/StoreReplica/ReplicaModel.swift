@@ -25,38 +25,31 @@ public final class ReplicaModel<App: SyncApp>: Observable {
     private let registrar = ObservationRegistrar()
     private var currentState: App.State
     private var currentLink: LinkState
-    /// The latest state and link from the reader thread, waiting for the main actor.
-    private nonisolated let inbox: Mutex<Inbox>
+    /// Whether a hop to the main actor is already scheduled (news since then rides along).
+    private nonisolated let scheduled: Mutex<Bool>
     private nonisolated let tokens: Mutex<[Subscription]>
-
-    private struct Inbox {
-        var state: App.State?
-        var link: LinkState?
-        var scheduled = false
-    }
 
     /// Creates a model over an attached replica.
     ///
     /// - Parameter replica: The replica; the model holds it (close it when done).
     public init(_ replica: Replica<App>) {
         self.replica = replica
-        currentState = replica.store.state
-        currentLink = replica.linkState
-        inbox = Mutex(Inbox())
+        scheduled = Mutex(false)
         tokens = Mutex([])
-        let stateToken = replica.store.subscribe { [weak self] state in
-            self?.deliver { $0.state = state }
-        }
-        let linkToken = replica.observeEvents { [weak self, replica] event in
+        // Placeholders until the first read below; the reads come after subscribing, so no
+        // change between reading and subscribing can be missed.
+        currentState = replica.app.initialState
+        currentLink = .connected
+        let stateToken = replica.store.subscribe { [weak self] _ in self?.deliver() }
+        let linkToken = replica.observeEvents { [weak self] event in
             switch event {
-            case .connection, .disconnected:
-                let link = replica.linkState
-                self?.deliver { $0.link = link }
-            default:
-                break
+            case .connection, .disconnected: self?.deliver()
+            default: break
             }
         }
         tokens.withLock { $0 = [stateToken, linkToken] }
+        currentState = replica.store.state
+        currentLink = replica.linkState
     }
 
     deinit {
@@ -105,16 +98,17 @@ public final class ReplicaModel<App: SyncApp>: Observable {
     /// - Returns: The binding's getter and setter (wrap it in SwiftUI's `Binding` where available).
     public func binding<Value>(_ keyPath: KeyPath<App.State, Value>,
                                send action: @escaping (Value) -> App.Action) -> (get: () -> Value, set: (Value) -> Void) {
-        (get: { [unowned self] in self.state[keyPath: keyPath] },
-         set: { [unowned self] value in self.send(action(value)) })
+        // Strong: a binding that outlives its view keeps the model alive rather than crash.
+        (get: { self.state[keyPath: keyPath] },
+         set: { value in self.send(action(value)) })
     }
 
-    /// Called on the reader thread: stores the news and schedules one hop to the main actor.
-    private nonisolated func deliver(_ update: (inout Inbox) -> Void) {
-        let schedule = inbox.withLock { inbox -> Bool in
-            update(&inbox)
-            defer { inbox.scheduled = true }
-            return !inbox.scheduled
+    /// Called on the reader thread (or the closing one): schedules one hop to the main
+    /// actor, which reads the replica afresh (so the newest state and link always win).
+    private nonisolated func deliver() {
+        let schedule = scheduled.withLock { scheduled -> Bool in
+            defer { scheduled = true }
+            return !scheduled
         }
         guard schedule else { return }
         DispatchQueue.main.async { [weak self] in
@@ -122,20 +116,14 @@ public final class ReplicaModel<App: SyncApp>: Observable {
         }
     }
 
-    /// On the main actor: takes the newest state and link and tells observers.
+    /// On the main actor: reads the replica's state and link now and tells observers.
     private func flush() {
-        let (state, link) = inbox.withLock { inbox -> (App.State?, LinkState?) in
-            defer {
-                inbox.state = nil
-                inbox.link = nil
-                inbox.scheduled = false
-            }
-            return (inbox.state, inbox.link)
-        }
-        if let state {
-            registrar.withMutation(of: self, keyPath: \.state) { currentState = state }
-        }
-        if let link, link != currentLink {
+        // Cleared before reading: news that arrives while reading schedules another hop.
+        scheduled.withLock { $0 = false }
+        let state = replica.store.state
+        let link = replica.linkState
+        registrar.withMutation(of: self, keyPath: \.state) { currentState = state }
+        if link != currentLink {
             registrar.withMutation(of: self, keyPath: \.linkState) { currentLink = link }
         }
     }

@@ -42,7 +42,7 @@ public enum HubCommand {
     ///   - apps: The apps this executable serves (at least one).
     ///   - commandLine: The arguments, the executable first (default: this process's).
     public static func main(apps: [any SyncApp], commandLine: [String] = CommandLine.arguments) -> Never {
-        let program = Self.program
+        let program = commandLine.first.flatMap { $0.split(separator: "/").last.map(String.init) } ?? Self.program
         guard let first = apps.first else { hubFail("no app to serve", status: 1) }
         let defaultApp = type(of: first).name
         let names = apps.map { type(of: $0).name }.joined(separator: ", ")
@@ -112,7 +112,9 @@ public enum HubCommand {
               --check-determinism    Apply every action to two copies of the state (one decoded again
                                      from the wire) and refuse, with reject rejected, one whose results
                                      differ: catches a reducer that reads a clock, a random source or a
-                                     global before it diverges replicas. Doubles the reducer's cost.
+                                     global before it diverges replicas. Costs two more reducer runs
+                                     and two digests of the whole state per action (not during
+                                     recovery): for staging and tests.
               --check-data DIR       Verify every snapshot and journal record in DIR offline, replay it,
                                      print a summary (seqs, sizes, digest) and exit (0: usable, 1: not).
               --repair               With --check-data: truncate a torn tail (an incomplete or damaged

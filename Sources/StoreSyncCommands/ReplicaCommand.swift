@@ -51,7 +51,7 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
     OPTIONS:
       --socket PATH          The hub's socket. Default: $STORESYNC_SOCKET, else
                              $XDG_RUNTIME_DIR/storesync/hub.sock, else ${TMPDIR:-/tmp}/storesync-UID/hub.sock.
-      --app NAME             The app to run (counter, todos, json). Default: the hub's app,
+      --app NAME             The app to run (\(apps.map { type(of: $0).name }.joined(separator: ", "))). Default: the hub's app,
                              taken from its status.
       --name NAME            This replica's name in the hub's status and logs.
       --json                 Machine-readable output for attach, state and status.

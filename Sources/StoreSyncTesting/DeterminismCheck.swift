@@ -11,7 +11,8 @@ import SyncCore
 public enum DeterminismCheck {
     /// Where two copies first differed.
     public struct Divergence: Sendable, Equatable, CustomStringConvertible {
-        /// The index of the action after which the copies differed (0-based).
+        /// The index of the action after which the copies differed (0-based; -1: the initial
+        /// state itself does not survive the wire).
         public let index: Int
         /// The action's wire form.
         public let action: JSON
@@ -37,7 +38,11 @@ public enum DeterminismCheck {
             wire = try app.decodeState(app.encodeState(local))
         } catch {
             return Divergence(index: -1, action: .null,
-                              reason: "the initial state does not survive its own encoding: \(error.message)")
+                              reason: "the initial state does not decode from its own encoding (before any action): \(error.message)")
+        }
+        if app.digest(of: local) != app.digest(of: wire) {
+            return Divergence(index: -1, action: .null,
+                              reason: "the initial state changes when encoded and decoded (before any action): \(app.encodeState(local).canonicalString) vs \(app.encodeState(wire).canonicalString)")
         }
         for (index, action) in actions.enumerated() {
             let json = app.encodeAction(action)

@@ -87,9 +87,49 @@ private func flattenTagged(_ json: JSON, names: [String: [String]], path: [any C
         guard JSONKey(name) != "type" else {
             throw AppCodingError("\(describe(path)): case \(caseKey.string) has a member named \"type\", which the tag uses; rename it")
         }
-        members[JSONKey(name)] = value
+        guard members.updateValue(value, forKey: JSONKey(name)) == nil else {
+            throw AppCodingError("\(describe(path)): case \(caseKey.string) has two members named \"\(name)\" (check its memberNames); give each a name of its own")
+        }
     }
     return .object(members)
+}
+
+// MARK: - Unordered collections
+
+/// A collection whose iteration order depends on hashing (and so on the process).
+private protocol UnorderedEncodable {
+    /// The elements' JSON, sorted by their canonical bytes.
+    func encodeSorted(path: [any CodingKey]) throws -> JSON
+}
+
+extension Set: UnorderedEncodable where Element: Encodable {
+    func encodeSorted(path: [any CodingKey]) throws -> JSON {
+        var elements: [JSON] = []
+        elements.reserveCapacity(count)
+        for (index, element) in enumerated() {
+            let box = EncodedBox()
+            try encodeValue(element, into: box, path: path + [AnyKey(index)])
+            elements.append(try box.materialize(path: path))
+        }
+        return .array(elements.map { ($0.canonicalBytes, $0) }.sorted { $0.0.lexicographicallyPrecedes($1.0) }.map(\.1))
+    }
+}
+
+extension Dictionary: UnorderedEncodable where Key: Encodable, Value: Encodable {
+    func encodeSorted(path: [any CodingKey]) throws -> JSON {
+        // String and Int keys are written as an object (whose members the canonical form
+        // sorts); other keys as [key, value, key, value, …], here sorted by key.
+        let inner = EncodedBox()
+        try encode(to: ValueEncoder(box: inner, codingPath: path))
+        let json = try inner.materialize(path: path)
+        guard case .array(let flat) = json, flat.count % 2 == 0 else { return json }
+        var pairs: [([UInt8], JSON, JSON)] = []
+        for index in stride(from: 0, to: flat.count, by: 2) {
+            pairs.append((flat[index].canonicalBytes, flat[index], flat[index + 1]))
+        }
+        pairs.sort { $0.0.lexicographicallyPrecedes($1.0) }
+        return .array(pairs.flatMap { [$0.1, $0.2] })
+    }
 }
 
 // MARK: - Encoding
@@ -169,11 +209,16 @@ private func encodeValue<T: Encodable>(_ value: T, into box: EncodedBox, path: [
     case let v as UInt64: box.kind = .value(try unsigned(v, path))
     case let v as JSON: box.kind = .value(v)
     default:
-        if let tagged = value as? any TaggedEnumCodable {
+        // By the static type: an Optional of a tagged enum is not itself tagged (its wrapped
+        // value is, when it is encoded in turn).
+        if let tagged = T.self as? any TaggedEnumCodable.Type {
             let inner = EncodedBox()
             try value.encode(to: ValueEncoder(box: inner, codingPath: path))
-            let names = type(of: tagged).memberNames
-            box.kind = .value(try flattenTagged(try inner.materialize(path: path), names: names, path: path))
+            box.kind = .value(try flattenTagged(try inner.materialize(path: path), names: tagged.memberNames, path: path))
+        } else if let unordered = value as? any UnorderedEncodable {
+            // A Set (or a dictionary written as pairs) iterates in a per-process hash order:
+            // sorted by canonical bytes, every process writes the same JSON and digest.
+            box.kind = .value(try unordered.encodeSorted(path: path))
         } else {
             try value.encode(to: ValueEncoder(box: box, codingPath: path))
         }
@@ -186,7 +231,7 @@ private func number(_ value: Double, _ path: [any CodingKey]) throws(AppCodingEr
 }
 
 private func integer(_ value: Int, _ path: [any CodingKey]) throws(AppCodingError) -> JSON {
-    guard abs(value) <= maxExactInteger else {
+    guard value.magnitude <= UInt(maxExactInteger) else {
         throw AppCodingError("\(describe(path)): \(value) is beyond ±(2^53 − 1), which JSON carries exactly; encode it as a string")
     }
     return JSON(value)
@@ -363,7 +408,7 @@ private func decodeValue<T: Decodable>(_ type: T.Type, from json: JSON, path: La
     }
     switch type {
     case is Float.Type:
-        guard case .number(let v) = json else { throw mismatch("a number") }
+        guard case .number(let v) = json, Float(v).isFinite else { throw mismatch("a number within Float's range") }
         return try cast(Float(v), path.array)
     case is Int8.Type: return try cast(try exactInteger(json, mismatch) as Int8, path.array)
     case is Int16.Type: return try cast(try exactInteger(json, mismatch) as Int16, path.array)
@@ -490,7 +535,10 @@ private struct KeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
     let renames: [String]
     let codingPath: [any CodingKey]
 
-    var allKeys: [Key] { members.keys.compactMap { Key(stringValue: $0.string) } }
+    /// In one order everywhere (RFC 8785's): when two wire members map to one Swift key (names
+    /// that differ only by normalization, `"1"` and `"01"` for an `Int` key), every process
+    /// keeps the same one, so hub and replicas never decode a dispatch differently.
+    var allKeys: [Key] { members.keys.sorted().compactMap { Key(stringValue: $0.string) } }
 
     /// The member a key names on the wire (`_0` → its given name in a tagged case).
     private func wireName(_ key: Key) -> JSONKey {

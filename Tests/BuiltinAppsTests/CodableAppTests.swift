@@ -13,7 +13,13 @@ enum Shape: TaggedEnumCodable, Equatable, Sendable {
     case empty
 }
 
-struct Point: Codable, Equatable, Sendable {
+/// `memberNames` that give `_0` the name a labeled value already has.
+enum Clash: TaggedEnumCodable, Equatable, Sendable {
+    case set(Int, text: String)
+    static let memberNames = ["set": ["text"]]
+}
+
+struct Point: Codable, Hashable, Sendable {
     var x: Int
     var y: Int
 }
@@ -87,6 +93,32 @@ struct CodableAppTests {
             func reduce(into state: inout Int, action: Action) {}
         }
         #expect(Wide().encodeAction(.add(Int.max))["unencodable"] != nil)
+    }
+
+    @Test("what hash order would scramble is written in one order: sets, pair-encoded dictionaries; ambiguous input decodes alike everywhere")
+    func deterministicAcrossProcesses() throws {
+        let set: Set<String> = ["pear", "apple", "fig", "banana", "kiwi"]
+        #expect(try JSONValueEncoder().encode(set) == ["apple", "banana", "fig", "kiwi", "pear"])
+        let byPoint: [Point: String] = [Point(x: 2, y: 0): "b", Point(x: 1, y: 0): "a"]
+        let pairs = try JSONValueEncoder().encode(byPoint)
+        #expect(pairs == [["x": 1, "y": 0], "a", ["x": 2, "y": 0], "b"], "\(pairs.canonicalString)")
+        #expect(try JSONValueDecoder().decode([Point: String].self, from: pairs) == byPoint)
+        // A renamed member and a literal `_0` both present: the wire name wins, in every process.
+        let ambiguous: JSON = ["type": "setLimitText", "text": "5", "_0": "6"]
+        #expect(try CodableCounter().decodeAction(ambiguous) == .setLimitText("5"))
+    }
+
+    @Test("edge values are refused with a message, never a trap; optional tagged values encode")
+    func edges() throws {
+        #expect(throws: AppCodingError.self) { try JSONValueEncoder().encode([Int.min]) }
+        #expect(throws: AppCodingError.self) { try JSONValueEncoder().encode([Int64.min]) }
+        #expect(throws: AppCodingError.self) { try JSONValueDecoder().decode(Float.self, from: 1e39) }
+        let optionals: [Shape?] = [.empty, nil, .circle(radius: 1)]
+        let json = try JSONValueEncoder().encode(optionals)
+        #expect(json == [["type": "empty"], .null, ["type": "circle", "radius": 1]])
+        #expect(try JSONValueDecoder().decode([Shape?].self, from: json) == optionals)
+        // Two members that would take one wire name.
+        #expect(throws: AppCodingError.self) { try JSONValueEncoder().encode(Clash.set(1, text: "x")) }
     }
 
     @Test("a Codable app runs in a store like any other")

@@ -16,7 +16,12 @@ extension Tally {
     ///
     /// - Parameter failure: The refusal.
     /// - Returns: What to do.
-    public func describe(_ failure: Failure) -> String { "a counter needs a name: add NAME [AMOUNT]" }
+    public func describe(_ failure: Failure) -> String {
+        switch failure {
+        case .emptyName: "a counter needs a name: add NAME [AMOUNT]"
+        case .outOfRange: "a count must stay within ±(2^53 − 1), which JSON carries exactly"
+        }
+    }
 
     /// `add NAME [AMOUNT]`, `reset`, or a JSON action.
     ///

@@ -16,6 +16,7 @@ public struct Tally: CodableSyncApp {
 
     public enum Failure: Error, Sendable, Equatable {
         case emptyName
+        case outOfRange                        // a count JSON could not carry exactly
     }
 
     public init() {}
@@ -28,7 +29,9 @@ public struct Tally: CodableSyncApp {
         switch action {
         case .add(let name, let amount):
             guard !name.isEmpty else { throw .emptyName }
-            state.counts[name, default: 0] += amount
+            let (sum, overflow) = state.counts[name, default: 0].addingReportingOverflow(amount)
+            guard !overflow, sum.magnitude <= 9_007_199_254_740_991 else { throw .outOfRange }
+            state.counts[name] = sum
         case .reset(let at):
             state.counts = [:]
             state.resetAt = at

@@ -12,6 +12,7 @@ struct TallyReducerTests {
         store.send(.add(name: "coffee", amount: 2)) { $0.counts["coffee"] = 2 }
         store.send(.add(name: "coffee", amount: -1)) { $0.counts["coffee"] = 1 }
         store.sendRefused(.add(name: "", amount: 1)) { #expect($0 == .emptyName) }
+        store.sendRefused(.add(name: "coffee", amount: Int.max)) { #expect($0 == .outOfRange) }
         store.send(.reset(at: 1_700_000_000)) {
             $0.counts = [:]
             $0.resetAt = 1_700_000_000
@@ -26,19 +27,19 @@ struct TallyReducerTests {
     }
 }
 
-@Suite("Tally: its own daemon and CLI, as processes", .serialized)
+@Suite("Tally: its own daemon and CLI, as processes", .serialized, .timeLimit(.minutes(2)))
 struct TallyProcessTests {
     @Test("tally-hub serves; tally-cli dispatches with the shorthand; a library replica converges")
     func endToEnd() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tally-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        defer { try? FileManager.default.removeItem(at: directory) }
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let socket = directory.appendingPathComponent("hub.sock").path
         let hub = try start("tally-hub", ["--socket", socket, "--data-dir", directory.appendingPathComponent("data").path])
         defer {
-            // Killed by PID, and the temp directory removed, whatever happened above.
+            // Killed by PID whatever happened above (the directory goes after it).
             kill(hub.processIdentifier, SIGKILL)
             hub.waitUntilExit()
-            try? FileManager.default.removeItem(at: directory)
         }
         let deadline = ContinuousClock.now + .seconds(30)
         while (try? HubConnection.status(at: socket)) == nil {
@@ -72,17 +73,17 @@ struct TallyProcessTests {
     }
     // END README tally convergence example
 
-    @Test("a main-actor model over a replica of the tally", .timeLimit(.minutes(1)))
+    @Test("a main-actor model over a replica of the tally")
     @MainActor
     func mainActorModel() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tally-model-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        defer { try? FileManager.default.removeItem(at: directory) }
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let socket = directory.appendingPathComponent("hub.sock").path
         let hub = try start("tally-hub", ["--socket", socket])
         defer {
             kill(hub.processIdentifier, SIGKILL)
             hub.waitUntilExit()
-            try? FileManager.default.removeItem(at: directory)
         }
         let deadline = ContinuousClock.now + .seconds(30)
         while (try? HubConnection.status(at: socket)) == nil {
