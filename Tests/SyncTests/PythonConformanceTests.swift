@@ -1,5 +1,6 @@
 import Foundation
 import SyncProtocol
+import StoreSyncTesting
 import Testing
 
 // docs/PROTOCOL.md lists "A complete Python 3 client". These tests read that listing out of the
@@ -440,20 +441,9 @@ enum ProtocolPythonListing {
 }
 
 /// SplitMix64: a tiny generator with a fixed algorithm, so a seed replays the same values on
-/// any toolchain (the standard library's `random(in:using:)` mapping is not specified).
-struct SplitMix64 {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+/// any toolchain (the standard library's `random(in:using:)` mapping is not specified). The
+/// convergence harness's own generator.
+typealias SplitMix64 = SeededGenerator
 
 /// Random JSON texts from a seed: nested values with awkward numbers and strings, members in
 /// random order, random escapes (`\uXXXX`, surrogate pairs, `\/`) and whitespace.

@@ -1,4 +1,5 @@
 import Foundation
+import StoreSyncTesting
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -61,19 +62,7 @@ func withDeadline<T: Sendable>(
 
 /// The built executables (`hubd`, `replica-cli`), found next to the test bundle.
 enum Executables {
-    static func url(_ name: String) throws -> URL {
-        var candidates: [URL] = []
-        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            candidates.append(URL(fileURLWithPath: exe).deletingLastPathComponent())
-        }
-        candidates.append(Bundle.main.bundleURL.deletingLastPathComponent())
-        candidates.append(Bundle.main.bundleURL)
-        for directory in candidates {
-            let url = directory.appendingPathComponent(name)
-            if FileManager.default.isExecutableFile(atPath: url.path) { return url }
-        }
-        throw HarnessError("cannot find the \(name) executable next to the test bundle (looked in \(candidates.map(\.path))); run `swift build` first")
-    }
+    static func url(_ name: String) throws -> URL { try builtExecutable(name) }
 }
 
 /// A child process with captured output lines, killed by PID when the test ends.

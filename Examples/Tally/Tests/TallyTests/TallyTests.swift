@@ -33,19 +33,9 @@ struct TallyProcessTests {
     func endToEnd() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tally-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         defer { try? FileManager.default.removeItem(at: directory) }
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let socket = directory.appendingPathComponent("hub.sock").path
-        let hub = try start("tally-hub", ["--socket", socket, "--data-dir", directory.appendingPathComponent("data").path])
-        defer {
-            // Killed by PID whatever happened above (the directory goes after it).
-            kill(hub.processIdentifier, SIGKILL)
-            hub.waitUntilExit()
-        }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while (try? HubConnection.status(at: socket)) == nil {
-            guard ContinuousClock.now < deadline, hub.isRunning else { throw TallyTestError("tally-hub did not start") }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        let hub = try await startHub(in: directory, ["--data-dir", directory.appendingPathComponent("data").path])
+        defer { stop(hub) }
         let dispatched = try await run("tally-cli", ["--socket", socket, "dispatch", "add coffee 2", "add tea"])
         #expect(dispatched.status == 0)
         #expect(dispatched.out == "1\n2\n")
@@ -78,18 +68,9 @@ struct TallyProcessTests {
     func mainActorModel() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tally-model-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         defer { try? FileManager.default.removeItem(at: directory) }
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let socket = directory.appendingPathComponent("hub.sock").path
-        let hub = try start("tally-hub", ["--socket", socket])
-        defer {
-            kill(hub.processIdentifier, SIGKILL)
-            hub.waitUntilExit()
-        }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while (try? HubConnection.status(at: socket)) == nil {
-            guard ContinuousClock.now < deadline, hub.isRunning else { throw TallyTestError("tally-hub did not start") }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        let hub = try await startHub(in: directory)
+        defer { stop(hub) }
         // BEGIN README tally model example
         let replica = try await Replica.attach(app: Tally(), socketPath: socket, timeout: .seconds(5))
         defer { replica.close() }
@@ -101,6 +82,28 @@ struct TallyProcessTests {
         // END README tally model example
         #expect(seq == 1)
         #expect(model.linkState == .connected)
+    }
+
+    /// Starts tally-hub on `directory/hub.sock` (the directory is created) and waits until it serves.
+    private func startHub(in directory: URL, _ arguments: [String] = []) async throws -> Process {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let socket = directory.appendingPathComponent("hub.sock").path
+        let hub = try start("tally-hub", ["--socket", socket] + arguments)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while (try? HubConnection.status(at: socket)) == nil {
+            guard ContinuousClock.now < deadline, hub.isRunning else {
+                stop(hub)
+                throw TallyTestError("tally-hub did not start")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return hub
+    }
+
+    /// Kills a child by PID and reaps it.
+    private func stop(_ process: Process) {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
     }
 
     private func start(_ name: String, _ arguments: [String]) throws -> Process {
