@@ -31,6 +31,8 @@ struct HubEngine: Sendable {
     @usableFromInline let snapshot: @Sendable () -> JSON
     /// Replaces the root store's state with a decoded snapshot (recovery and rollback).
     @usableFromInline let restore: @Sendable (JSON) -> AppCodingError?
+    /// Whether a state's JSON decodes with the app (without installing it).
+    @usableFromInline let validate: @Sendable (JSON) -> AppCodingError?
     /// The app's initial state as JSON (a history without a snapshot starts from it).
     @usableFromInline let initialState: JSON
 
@@ -58,7 +60,17 @@ struct HubEngine: Sendable {
         }
         apply = { json in applyOnce(json, checkDeterminism) }
         replay = { json in applyOnce(json, false) }
-        snapshot = { app.encodeState(store.state) }
+        // `unobservedState`: reading `state` would switch on Observation bookkeeping for every
+        // later dispatch, and nothing observes the hub's store.
+        snapshot = { app.encodeState(store.unobservedState) }
+        validate = { json in
+            do throws(AppCodingError) {
+                _ = try app.decodeState(json)
+                return nil
+            } catch {
+                return error
+            }
+        }
         initialState = app.encodeState(app.initialState)
         restore = { json in
             do throws(AppCodingError) {

@@ -364,7 +364,14 @@ final class Sequencer {
     func snapshot() {
         guard seq == committedSeq, seq > lastSnapshotSeq || seq == 0 else { return }
         let current = currentSnapshot()
-        let stored = StoredSnapshot(seq: seq, digest: current.digest, state: engine.snapshot(), nextReplica: nextReplica,
+        let state = engine.snapshot()
+        // A snapshot the app cannot read back would keep the hub from starting; the journal
+        // still holds every action, so skipping it loses nothing.
+        if let error = engine.validate(state) {
+            note("hubd: not writing a snapshot at seq \(seq): the state does not decode from its own encoding (\(error.message)); the journal still holds every action. The app's encodeState/decodeState must round-trip (a Codable state needs integers within ±(2^53 − 1) and finite numbers)")
+            return
+        }
+        let stored = StoredSnapshot(seq: seq, digest: current.digest, state: state, nextReplica: nextReplica,
                                     sessions: sessions.json)
         do throws(StorageError) {
             try log.writeSnapshot(stored)

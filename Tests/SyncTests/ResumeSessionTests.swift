@@ -568,3 +568,58 @@ extension MultiProcessTests {
         }
     }
 }
+
+/// A Codable app whose state can leave the range JSON carries exactly.
+struct WideCounterApp: CodableSyncApp {
+    struct State: Codable, Equatable, Sendable { var total = 0 }
+    enum Action: TaggedEnumCodable, Equatable, Sendable { case add(amount: Int) }
+    static let name = "wide"
+    static let version = "1"
+    var initialState: State { State() }
+    func reduce(into state: inout State, action: Action) {
+        switch action {
+        case .add(let amount): state.total = state.total &+ amount
+        }
+    }
+}
+
+extension MultiProcessTests {
+    @Suite("Snapshots the app cannot read back")
+    struct UnreadableSnapshots {
+        @Test("a state that does not survive its encoding is never snapshotted, so the hub still restarts from its journal")
+        func skippedSnapshotRestarts() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            var configuration = HubConfiguration(socketPath: fixture.socket)
+            configuration.dataDirectory = fixture.directory + "/data"
+            configuration.snapshotEvery = 1
+            let lines = Mutex<[String]>([])
+            configuration.log = { line in lines.withLock { $0.append(line) } }
+            for round in 0..<2 {
+                let hub = try Hub(app: WideCounterApp(), configuration: configuration)
+                let finished = Atomic<Bool>(false)
+                Thread.detachNewThread {
+                    try? hub.run()
+                    finished.store(true, ordering: .releasing)
+                }
+                let client = try RawClient(path: fixture.socket)
+                defer { client.close() }
+                try client.send(["type": "hello", "protocol": 1, "app": "wide"])
+                let welcome = try client.receive()
+                #expect(welcome["type"] == "welcome", "round \(round): \(welcome)")
+                if round == 0 {
+                    // 2^53 + 1: a total JSON cannot carry exactly.
+                    try client.send(["type": "dispatch", "id": 1, "action": ["type": "add", "amount": 9_007_199_254_740_991]])
+                    #expect(try client.receive()["seq"] == 1)
+                    try client.send(["type": "dispatch", "id": 2, "action": ["type": "add", "amount": 2]])
+                    #expect(try client.receive()["seq"] == 2)
+                } else {
+                    #expect(welcome["seq"] == 2, "the restarted hub recovered both actions from its journal")
+                }
+                hub.stop()
+                try await waitUntil("the hub to stop") { finished.load(ordering: .acquiring) }
+            }
+            #expect(lines.withLock { $0.contains { $0.contains("not writing a snapshot at seq 2") } }, "\(lines.withLock { $0 })")
+        }
+    }
+}
