@@ -1,4 +1,5 @@
-// libFuzzer target: the message decoders `ClientMessage(json:)` and `HubMessage(json:)`.
+// libFuzzer target: the message decoders `ClientMessage(json:)` and `HubMessage(json:)`, and
+// the replica's fast path `HubMessage.fastAction` (it must agree with `HubMessage(json:)`).
 //
 // Input: a frame payload (arbitrary bytes). It is parsed as JSON, then decoded both as a client
 // and as a hub message; a refusal must be a thrown `WireError` (never a trap). What decodes is
@@ -14,6 +15,13 @@
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let input = Array(UnsafeBufferPointer(start: data, count: size))
+    // The replica's fast path must agree with the general decoder whenever it answers.
+    if let fast = input.withUnsafeBytes({ HubMessage.fastAction($0) }) {
+        guard let general = try? HubMessage(json: try JSON(parsing: input)),
+              general.json.canonicalBytes == fast.json.canonicalBytes else {
+            fuzzFail("HubMessage.fastAction accepted what the general decoder reads otherwise (or refuses)", [("input", input)])
+        }
+    }
     guard let json = try? JSON(parsing: input) else { return 0 }
     if let message = try? ClientMessage(json: json) {
         checkClient(message, input: input)

@@ -23,7 +23,8 @@ extension Replica {
                         apply: (App.Action) throws(App.Failure) -> Void) -> ReplicaError? {
         let message: HubMessage
         do {
-            message = try HubMessage(json: JSON(parsing: frame))
+            // The hub's own action envelopes skip building a JSON object for the envelope.
+            message = try HubMessage.fastAction(frame) ?? HubMessage(json: JSON(parsing: frame))
         } catch let error as WireError {
             return .protocolViolation(error.message)
         } catch {

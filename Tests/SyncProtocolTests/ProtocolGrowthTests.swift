@@ -116,3 +116,35 @@ struct ProtocolGrowthTests {
         #expect(decoder.reservedByteCount > 0)
     }
 }
+
+@Suite("The replica's fast path for action envelopes")
+struct FastActionTests {
+    @Test("the hub's own envelopes take the fast path and decode exactly as the general decoder does")
+    func agreesWithGeneral() throws {
+        let actions: [JSON] = [["type": "increment"], ["type": "set", "path": "/a", "value": ["x": [1, 2.5, "é"]]], .null, "text", 3]
+        for (index, action) in actions.enumerated() {
+            var frame: [UInt8] = []
+            try Frame.appendActionEnvelope(seq: UInt64(index + 1), origin: 7, id: .number(9_007_199_254_740_991), action: action, to: &frame)
+            let payload = Array(frame.dropFirst(Frame.headerSize))
+            let fast = try #require(payload.withUnsafeBytes { HubMessage.fastAction($0) })
+            #expect(fast == (try HubMessage(json: JSON(parsing: payload))))
+        }
+    }
+
+    @Test("anything else falls back: another type, order, string or negative id, an extra member, leading zeros, bad JSON")
+    func fallsBack() {
+        let texts = [
+            #"{"type":"reject","id":1,"error":{"code":"x","message":"y"}}"#,
+            #"{"seq":1,"type":"action","origin":1,"id":1,"action":{}}"#,
+            #"{"type":"action","seq":1,"origin":1,"id":"a","action":{}}"#,
+            #"{"type":"action","seq":1,"origin":1,"id":-1,"action":{}}"#,
+            #"{"type":"action","seq":1,"origin":1,"id":1,"action":{},"extra":true}"#,
+            #"{"type":"action","seq":01,"origin":1,"id":1,"action":{}}"#,
+            #"{"type":"action","seq":1,"origin":1,"id":1,"action":{"#,
+            #"{"type":"action","seq":99999999999999999,"origin":1,"id":1,"action":{}}"#,
+        ]
+        for text in texts {
+            #expect(Array(text.utf8).withUnsafeBytes { HubMessage.fastAction($0) } == nil, "\(text)")
+        }
+    }
+}
