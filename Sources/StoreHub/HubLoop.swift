@@ -186,6 +186,13 @@ final class HubLoop {
     private func handleFrames(_ connection: Connection) {
         connection.moreFrames = false
         var budget = Self.framesPerPass
+        // Progress for --idle-timeout: one clock read per batch of frames, not per frame.
+        defer {
+            if budget < Self.framesPerPass {
+                connection.lastFrameAt = .now
+                connection.partialSince = connection.decoder.bufferedByteCount > 0 ? connection.lastFrameAt : nil
+            }
+        }
         while !connection.state.isClosing, connections[connection.fd] === connection {
             guard budget > 0 else {
                 connection.moreFrames = true
@@ -206,11 +213,11 @@ final class HubLoop {
                 return
             }
             guard let handled = effect else {
+                // No complete frame: this attempt is not progress.
+                budget += 1
                 if connection.inputEnded { finishAfterFlush(connection) }
                 return
             }
-            connection.lastFrameAt = .now
-            connection.partialSince = connection.decoder.bufferedByteCount > 0 ? connection.lastFrameAt : nil
             if let handled { apply(handled, to: connection) }
         }
     }

@@ -71,8 +71,7 @@ struct HubProtocol {
             // Resumed only from this very history, never from the future (a hub that lost a
             // tail it had broadcast), and only while the backlog still holds every action after it.
             var resumeFrom: UInt64?
-            if let resume, JSONKey(resume.history) == JSONKey(sequencer.history), resume.seq <= sequencer.seq,
-               sequencer.canResume(after: resume.seq) {
+            if let resume, JSONKey(resume.history) == JSONKey(sequencer.history), sequencer.canResume(after: resume.seq) {
                 resumeFrom = resume.seq
             }
             return .attach(replica: sequencer.takeReplicaID(), name: name ?? "", resumeFrom: resumeFrom, session: session)

@@ -18,8 +18,9 @@ final class Sequencer {
     private(set) var seq: UInt64 = 0
     /// The seq of the last action the log has committed (made durable).
     private(set) var committedSeq: UInt64 = 0
-    /// The seq of the last action released for broadcast (its frame left `batch`).
-    private var committedSeqBeforeBatch: UInt64 = 0
+    /// The seq of the last action released for broadcast (its frame left `batch` for the
+    /// backlog, which always ends there).
+    private var releasedSeq: UInt64 { backlog.lastSeq }
     private var nextReplica = 1
     /// Encoded `action` frames sequenced but not yet released for broadcast.
     private var batch: [UInt8] = []
@@ -156,16 +157,19 @@ final class Sequencer {
             }
             base = record.seq
             if let session = record.session { sessions.record(session: session, id: record.id, seq: record.seq, now: now) }
-            if let digest = record.checkpoint, digest != Digest.of(engine.snapshot()) {
-                note("hubd: warning: replaying journal record seq \(record.seq) gives digest \(Digest.of(engine.snapshot())), but when it was first applied the digest was \(digest): the reducer is not deterministic, or the app changed without a new version; replicas will re-hydrate at their next checkpoint")
+            let snapshotDigest = checkpoints.removeValue(forKey: record.seq)
+            guard record.checkpoint != nil || snapshotDigest != nil else { continue }
+            // The whole state is serialised only at seqs something recorded a digest for.
+            let replayed = Digest.of(engine.snapshot())
+            if let digest = record.checkpoint, digest != replayed {
+                note("hubd: warning: replaying journal record seq \(record.seq) gives digest \(replayed), but when it was first applied the digest was \(digest): the reducer is not deterministic, or the app changed without a new version; replicas will re-hydrate at their next checkpoint")
             }
-            if let digest = checkpoints.removeValue(forKey: record.seq), digest != Digest.of(engine.snapshot()) {
-                throw StorageError("after replaying to seq \(record.seq) the state's digest is \(Digest.of(engine.snapshot())), but the snapshot at that seq says \(digest): the reducer is not deterministic, or the app changed without a new version")
+            if let digest = snapshotDigest, digest != replayed {
+                throw StorageError("after replaying to seq \(record.seq) the state's digest is \(replayed), but the snapshot at that seq says \(digest): the reducer is not deterministic, or the app changed without a new version")
             }
         }
         seq = base
         committedSeq = base
-        committedSeqBeforeBatch = base
         nextReplica = max(nextReplica, recovery.largestOrigin + 1, recovery.replicaLease)
     }
 
@@ -282,12 +286,10 @@ final class Sequencer {
         } catch {
             return ([], rollBack(error))
         }
-        let first = committedSeqBeforeBatch + 1
         committedSeq = seq
         uncommitted.removeAll(keepingCapacity: true)
         let frames = batch
-        backlog.append(frames, starts: batchStarts, first: first)
-        committedSeqBeforeBatch = seq
+        backlog.append(frames, starts: batchStarts, first: releasedSeq + 1)
         batch.removeAll(keepingCapacity: true)
         batchStarts.removeAll(keepingCapacity: true)
         if seq - lastSnapshotSeq >= snapshotEvery { snapshot() }
@@ -307,15 +309,13 @@ final class Sequencer {
         uncommitted.removeAll()
         // Frames of actions already durable (under `always`, each commits on its own) stay
         // queued for broadcast; only the uncommitted ones go.
-        let keep = Int(committedSeq - committedSeqBeforeBatch)
+        let keep = Int(committedSeq - releasedSeq)
         if keep < batchStarts.count {
             batch.removeSubrange(batchStarts[keep]...)
             batchStarts.removeSubrange(keep...)
         }
         seq = committedSeq
         snapshotCache = nil
-        // The kept frames are still to be released: the backlog labels them from here.
-        let releasedThrough = committedSeqBeforeBatch
         do throws(StorageError) {
             if let recovery = try reload() {
                 // Rebuild the root store from what is durable, then replay nothing more.
@@ -327,7 +327,6 @@ final class Sequencer {
             unavailableReason = "the hub could not rebuild its state after a journal write failed (\(error.message)); restart hubd, which recovers what is on disk"
             note("hubd: cannot rebuild the state from the data directory: \(error.message); refusing dispatches until hubd is restarted")
         }
-        committedSeqBeforeBatch = releasedThrough
         return failed
     }
 
@@ -352,8 +351,8 @@ final class Sequencer {
             lastExpiry = now
             sessions.expire(now: now)
         }
-        guard unavailableReason != nil, !rebuildFailed, ContinuousClock.now - lastProbe >= .seconds(1) else { return false }
-        lastProbe = .now
+        guard unavailableReason != nil, !rebuildFailed, now - lastProbe >= .seconds(1) else { return false }
+        lastProbe = now
         guard log.probe() else { return false }
         unavailableReason = nil
         note("hubd: the journal can be written again; accepting dispatches")

@@ -30,8 +30,9 @@ extension Replica {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
         defer { buffer.deallocate() }
         while true {
-            if let failure = handleFrames(&decoder) { return failure }
-            completeResume()
+            var resumeSynced = false
+            if let failure = handleFrames(&decoder, resumeSynced: &resumeSynced) { return failure }
+            if resumeSynced { completeResume() }
             switch UnixSocket.read(upstream.fd, into: buffer) {
             case .bytes(let count):
                 decoder.append(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
@@ -56,13 +57,19 @@ extension Replica {
         case .hub(let error):
             // Not after `superseded`: another process uses this replica's session, and taking
             // it back would only make the two close each other in turn.
-            return error.code == .shuttingDown || error.code == .slowConsumer || error.code == .timeout
+            return Self.isTransient(error)
         case .diverged:
             // Healed by a full welcome: the hub's state replaces the local one.
             return true
         case .noHub, .rejected, .protocolViolation:
             return false
         }
+    }
+
+    /// Whether a hub's `error` ends only this connection (the hub stopping, dropping a slow
+    /// consumer, timing out an idle one), so attaching again makes sense.
+    private static func isTransient(_ error: WireError) -> Bool {
+        error.code == .shuttingDown || error.code == .slowConsumer || error.code == .timeout
     }
 
     /// Fails the status and sync waits (they need this connection's answer) and tells
@@ -76,7 +83,6 @@ extension Replica {
                 shared.statusWaiters = []
                 shared.syncWaiters = []
                 shared.resumeCompletion = nil
-                shared.resumeSynced = false
                 shared.linkState = .reconnecting(attempt: 1)
                 if reason.isDivergence { shared.divergences += 1 }
             }
@@ -123,7 +129,7 @@ extension Replica {
                 return .success(try attachAgain(resume: resume))
             } catch {
                 last = error
-                if case .hub(let wire) = error, wire.code != .shuttingDown, wire.code != .slowConsumer, wire.code != .timeout {
+                if case .hub(let wire) = error, !Self.isTransient(wire) {
                     // The hub refuses this replica (another app, another protocol): retrying cannot help.
                     return .failure(error)
                 }
@@ -195,13 +201,12 @@ extension Replica {
     /// The `sync` id that marks the end of a resume's replay.
     static var resumeSyncID: DispatchID { .string("storesync-resume") }
 
-    /// After a resume's replay: re-sends what is still pending and reports the link as back.
-    func completeResume() {
+    /// After a resume's replay (its `sync` came back): re-sends what is still pending and
+    /// reports the link as back.
+    private func completeResume() {
         guard let change = shared.withLock({ shared -> ConnectionChange? in
-            guard shared.resumeSynced, let change = shared.resumeCompletion else { return nil }
-            shared.resumeSynced = false
-            shared.resumeCompletion = nil
-            return change
+            defer { shared.resumeCompletion = nil }
+            return shared.resumeCompletion
         }) else { return }
         resendPending(change)
     }
@@ -261,7 +266,7 @@ extension Replica {
             }
             return shared
         } }
-        // The store's terminal no longer reaches this replica (and the closure is freed here,
+        // The store's terminal no longer reaches this replica (the reference is released here,
         // outside every lock).
         withExtendedLifetime(self.submitter.clear()) {}
         let failure = ReplicaError.disconnected(reason.description)

@@ -3,12 +3,18 @@ import SyncCore
 extension Replica {
     /// Handles every complete frame buffered in `decoder`, applying actions in one hold of
     /// the store's dispatch lock; returns a reason to stop, or `nil` to read more.
-    func handleFrames(_ decoder: inout FrameDecoder) -> ReplicaError? {
+    ///
+    /// - Parameters:
+    ///   - decoder: The connection's frames.
+    ///   - resumeSynced: Set when the `sync` that ends a resume's replay came back.
+    func handleFrames(_ decoder: inout FrameDecoder, resumeSynced: inout Bool) -> ReplicaError? {
         var failure: ReplicaError?
         store.receiveBatch { apply in
             while failure == nil {
                 do throws(FrameError) {
-                    guard let outcome = try decoder.decodeNext({ payload in handle(payload, apply: apply) }) else { return }
+                    guard let outcome = try decoder.decodeNext({ payload in
+                        handle(payload, apply: apply, resumeSynced: &resumeSynced)
+                    }) else { return }
                     failure = outcome
                 } catch {
                     failure = .protocolViolation(error.description)
@@ -19,8 +25,8 @@ extension Replica {
     }
 
     /// Handles one frame from the hub; returns a reason to stop, or `nil` to go on.
-    private func handle(_ frame: UnsafeRawBufferPointer,
-                        apply: (App.Action) throws(App.Failure) -> Void) -> ReplicaError? {
+    private func handle(_ frame: UnsafeRawBufferPointer, apply: (App.Action) throws(App.Failure) -> Void,
+                        resumeSynced: inout Bool) -> ReplicaError? {
         let message: HubMessage
         do {
             // The hub's own action envelopes skip building a JSON object for the envelope.
@@ -70,7 +76,7 @@ extension Replica {
             let waiter = shared.withLock { $0.statusWaiters.isEmpty ? nil : $0.statusWaiters.removeFirst() }
             waiter?.resume(returning: status)
         case .synced(_, let id?) where id == Self.resumeSyncID:
-            shared.withLock { $0.resumeSynced = true }
+            resumeSynced = true
         case .synced:
             let waiter = shared.withLock { $0.syncWaiters.isEmpty ? nil : $0.syncWaiters.removeFirst() }
             waiter?.resume(returning: lastSeq.load(ordering: .relaxed))

@@ -121,8 +121,6 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         var divergences = 0
         /// Set between a resumed welcome and the end of its replay: the change to report then.
         var resumeCompletion: ConnectionChange?
-        /// The resume's `sync` came back: the replay has been applied.
-        var resumeSynced = false
     }
 
     /// A dispatch waiting for its `action`, `reject` or `duplicate`.

@@ -26,7 +26,6 @@ import Synchronization
 final class Upstream: Sendable {
     let fd: Int32
     private let state = Mutex<State>(State())
-    private let nextID = Atomic<Int>(1)
     /// Wakes the writer thread; signalled once per hand-off.
     private let wakeWriter = DispatchSemaphore(value: 0)
     /// Wakes senders waiting for the backlog to shrink.
@@ -74,9 +73,6 @@ final class Upstream: Sendable {
             }
         }
     }
-
-    /// A fresh dispatch id, unique on this connection.
-    func makeID() -> DispatchID { .number(nextID.add(1, ordering: .relaxed).oldValue) }
 
     /// Sends one frame: directly when the line is idle, else through the writer thread.
     ///

@@ -23,10 +23,7 @@ import SyncPOSIX
 /// usage). `--help` and messages use the executable's name.
 public enum HubCommand {
     /// The executable's name, for usage and messages.
-    static var program: String {
-        let path = CommandLine.arguments.first ?? "hubd"
-        return path.split(separator: "/").last.map(String.init) ?? path
-    }
+    static var program: String { executableName(CommandLine.arguments.first, otherwise: "hubd") }
 
     /// Runs a hub for one app, configured by the command line; never returns.
     ///
@@ -42,7 +39,7 @@ public enum HubCommand {
     ///   - apps: The apps this executable serves (at least one).
     ///   - commandLine: The arguments, the executable first (default: this process's).
     public static func main(apps: [any SyncApp], commandLine: [String] = CommandLine.arguments) -> Never {
-        let program = commandLine.first.flatMap { $0.split(separator: "/").last.map(String.init) } ?? Self.program
+        let program = executableName(commandLine.first, otherwise: Self.program)
         guard let first = apps.first else { hubFail("no app to serve", status: 1) }
         let defaultApp = type(of: first).name
         let names = apps.map { type(of: $0).name }.joined(separator: ", ")
@@ -293,3 +290,15 @@ fileprivate func serve<App: SyncApp>(_ app: App, configuration: HubConfiguration
     exit(0)
 }
 
+
+/// The last path component of an executable's path (`/usr/local/bin/hubd` → `hubd`), for
+/// usage and messages.
+///
+/// - Parameters:
+///   - path: `argv[0]`, if any.
+///   - fallback: The name when there is none.
+/// - Returns: The name.
+func executableName(_ path: String?, otherwise fallback: String) -> String {
+    guard let path, let last = path.split(separator: "/").last else { return fallback }
+    return String(last)
+}

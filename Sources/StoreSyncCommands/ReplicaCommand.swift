@@ -135,10 +135,7 @@ func parseOptions(apps: [any SyncApp]) -> Options {
 /// reconnection and exit statuses; `--help` and messages use the executable's name.
 public enum ReplicaCommand {
     /// The executable's name, for usage and messages.
-    static var program: String {
-        let path = CommandLine.arguments.first ?? "replica-cli"
-        return path.split(separator: "/").last.map(String.init) ?? path
-    }
+    static var program: String { executableName(CommandLine.arguments.first, otherwise: "replica-cli") }
 
     /// Runs the command line for one app; returns when the command is done.
     ///

@@ -12,8 +12,10 @@ struct AsyncAndMainActorTests {
     @Test("try await attach suspends instead of blocking, times out, and says why there is no hub")
     func asyncAttach() async throws {
         let hub = try InProcessHub(CounterApp())
+        defer { Task { try? await hub.stop() } }    // also when an expectation fails early
         let replica = try await Replica.attach(app: CounterApp(), socketPath: hub.fixture.socket, reconnect: .never,
                                                timeout: .seconds(5))
+        defer { replica.close() }
         #expect(try await replica.dispatch(.increment) == 1)
         replica.close()
         do {
@@ -36,7 +38,9 @@ struct AsyncAndMainActorTests {
     @Test("the link's life is an AsyncSequence that ends with the replica")
     func linkChanges() async throws {
         let hub = try InProcessHub(CounterApp())
+        defer { Task { try? await hub.stop() } }    // also when an expectation fails early
         let replica = try hub.attach()
+        defer { replica.close() }
         let changes = replica.linkChanges()
         try await hub.stop()
         let collected = try await withDeadline("the link changes to finish") {
@@ -52,7 +56,9 @@ struct AsyncAndMainActorTests {
     @MainActor
     func mainActorModel() async throws {
         let hub = try InProcessHub(CounterApp())
+        defer { Task { try? await hub.stop() } }    // also when an expectation fails early
         let replica = try hub.attach()
+        defer { replica.close() }
         let model = ReplicaModel(replica)
         let told = Atomic<Bool>(false)
         _ = withObservationTracking { model.state.count } onChange: { told.store(true, ordering: .releasing) }
