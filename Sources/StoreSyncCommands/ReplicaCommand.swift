@@ -27,12 +27,14 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              Each line is dispatched and acknowledged before the next is read,
                              so a later line (such as a thunk) sees the effect of earlier ones.
                              :digest first waits for everything sequenced so far, then prints
-                             "seq N digest D". With --json every output line is one JSON object:
-                             {"type":"attached","app":…,"digest":…,"fingerprint":…,"hub":…,
-                             "replica":…,"seq":…} first, then each action as in watch,
+                             "seq N digest D". With --json each of these lines is one JSON
+                             object: {"type":"attached","app":…,"digest":…,"fingerprint":…,
+                             "hub":…,"replica":…,"seq":…} first, then each action as in watch,
                              {"type":"rejected","id":…,"error":{…}} for a refusal by the hub,
-                             {"type":"error","error":{"code":"bad-action",…}} for a line that is
-                             not an action, and {"type":"digest","digest":…,"seq":…} for :digest.
+                             {"type":"error","error":{"code":…,…}} for a line that is not an
+                             action or a barrier that failed while reconnecting, and
+                             {"type":"digest","digest":…,"seq":…} for :digest (:state, :status
+                             and :help still print text).
                              SIGINT or SIGTERM ends it with exit 0.
       dispatch ACTION…       Send each ACTION (one argument each: JSON or shorthand) in order,
                              print the seq the hub gave it, one per line, and exit 0. On a
