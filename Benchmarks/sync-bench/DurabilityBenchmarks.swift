@@ -123,12 +123,14 @@ func resume(actions: Int) throws -> Result {
 
 /// `sync-bench --hub-child DIR --socket S --count N`: a hub on a data directory (`--fsync
 /// never`, a snapshot every N actions, none for 0), to be killed with SIGKILL by the recovery
-/// benchmark.
+/// benchmark; with DIR empty, in memory (for the memory benchmark).
 func runHubChild(socket: String, dataDirectory: String, snapshotEvery: Int) -> Never {
     var configuration = HubConfiguration(socketPath: socket)
-    configuration.dataDirectory = dataDirectory
-    configuration.fsync = .never
-    configuration.snapshotEvery = snapshotEvery > 0 ? snapshotEvery : Int.max / 2
+    if !dataDirectory.isEmpty {
+        configuration.dataDirectory = dataDirectory
+        configuration.fsync = .never
+        configuration.snapshotEvery = snapshotEvery > 0 ? snapshotEvery : Int.max / 2
+    }
     do {
         try Hub(app: JSONApp(), configuration: configuration).run()
     } catch {

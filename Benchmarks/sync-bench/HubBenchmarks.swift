@@ -46,9 +46,14 @@ final class WorkerProcess {
     let output = Pipe()
     private var buffered = Data()
 
-    init(socket: String, count: Int, total: Int) throws {
+    convenience init(socket: String, count: Int, total: Int, window: Int = 0) throws {
+        try self.init(arguments: ["--worker", "--socket", socket, "--count", "\(count)", "--total", "\(total)", "--window", "\(window)"])
+    }
+
+    /// Starts this executable with `arguments`.
+    init(arguments: [String]) throws {
         process.executableURL = URL(fileURLWithPath: try selfExecutable())
-        process.arguments = ["--worker", "--socket", socket, "--count", "\(count)", "--total", "\(total)"]
+        process.arguments = arguments
         process.standardInput = input
         process.standardOutput = output
         try process.run()
@@ -84,8 +89,13 @@ func selfExecutable() throws -> String {
     throw SystemError("cannot find this executable to start workers")
 }
 
-/// Hub plus `replicas` worker processes on the json app: every worker dispatches its share,
-/// and the clock stops when every worker has applied every action.
+/// The window of outstanding dispatches each throughput worker keeps (as Redis's publisher
+/// keeps 64 PUBLISHes in flight).
+let dispatchWindow = 64
+
+/// Hub plus `replicas` worker processes on the json app: every worker dispatches its share
+/// with at most ``dispatchWindow`` of its own outstanding, and the clock stops when every
+/// worker has applied every action.
 func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled: Int = 0) throws -> Result {
     let hub = try BenchHub(fsync: fsync)
     // Attached replicas that never read: the hub must not slow the others down for them.
@@ -94,7 +104,9 @@ func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled
     defer { hub.stop() }
     let share = actions / replicas
     let total = share * replicas
-    let workers = try (0..<replicas).map { _ in try WorkerProcess(socket: hub.socket, count: share, total: total) }
+    let workers = try (0..<replicas).map { _ in
+        try WorkerProcess(socket: hub.socket, count: share, total: total, window: dispatchWindow)
+    }
     defer { workers.forEach { $0.kill() } }
     for worker in workers {
         guard worker.readLine()?.hasPrefix("ready") == true else { throw SystemError("a worker failed to attach") }
@@ -111,32 +123,56 @@ func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled
     guard digests.count == 1 else { throw SystemError("replicas disagree: \(digests)") }
     return Result(scenario: "hub.throughput",
                   params: [("replicas", JSON(replicas)), ("app", "json"), ("fsync", .string(fsync?.rawValue ?? "memory")),
-                           ("stalled", JSON(stalled))],
+                           ("stalled", JSON(stalled)), ("window", JSON(dispatchWindow))],
                   metrics: [("actions_per_s", Double(total) / elapsed * 1e9), ("actions", Double(total))])
 }
 
-/// Dispatch→ack round trips from one replica while `replicas - 1` others are attached and idle.
-func hubLatency(replicas: Int, samples: Int) async throws -> Result {
+/// Dispatch→ack and dispatch→applied-by-every-replica round trips of one replica (one
+/// dispatch outstanding) while `replicas - 1` worker processes are attached, either idle or
+/// together dispatching `loadRate` actions per second.
+func hubLatency(replicas: Int, samples: Int, loadRate: Double, label: String) async throws -> Result {
     let hub = try BenchHub()
     defer { hub.stop() }
-    let idle = try (1..<replicas).map { _ in try WorkerProcess(socket: hub.socket, count: 0, total: 0) }
-    defer { idle.forEach { $0.kill() } }
-    for worker in idle {
+    let workers = try (1..<replicas).map { _ in try WorkerProcess(socket: hub.socket, count: 0, total: 0) }
+    defer { workers.forEach { $0.kill() } }
+    for worker in workers {
         guard worker.readLine()?.hasPrefix("ready") == true else { throw SystemError("a worker failed to attach") }
-        worker.send("go")
     }
     let replica = try Replica.attach(app: JSONApp(), socketPath: hub.socket, name: "latency")
     defer { replica.close() }
+    let perWorker = workers.isEmpty ? 0 : loadRate / Double(workers.count)
+    for worker in workers { worker.send("load \(perWorker) \(replica.replicaID)") }
     let action = JSONEdit.increment(try JSONPointer("/n"), by: 1)
-    var rounds: [Double] = []
-    rounds.reserveCapacity(samples)
-    for index in 0..<(samples + samples / 10) {
-        let start = ContinuousClock.now
-        try await replica.dispatch(action)
-        if index >= samples / 10 { rounds.append(nanoseconds(ContinuousClock.now - start) / 1000) }
+    var acks: [Double] = []
+    var sentAt: [UInt64: UInt64] = [:]
+    var ackedAt: [UInt64: UInt64] = [:]
+    acks.reserveCapacity(samples)
+    let warmup = samples / 10
+    for index in 0..<(samples + warmup) {
+        let start = monotonicNanoseconds()
+        let seq = try await replica.dispatch(action)
+        let end = monotonicNanoseconds()
+        guard index >= warmup else { continue }
+        acks.append(Double(end - start) / 1000)
+        sentAt[seq] = start
+        ackedAt[seq] = end
     }
-    return Result(scenario: "hub.latency", params: [("replicas", JSON(replicas)), ("load", "unloaded")],
-                  metrics: [("ack_p50_us", percentile(rounds, 0.5)), ("ack_p99_us", percentile(rounds, 0.99))])
+    // Applied everywhere: the latest of the ack here and every worker's apply of that seq.
+    var latest = ackedAt
+    for worker in workers {
+        worker.send("stop")
+        while let line = worker.readLine(), line != "end" {
+            let parts = line.split(separator: " ")
+            guard parts.count == 3, let seq = UInt64(parts[1]), let at = UInt64(parts[2]), let current = latest[seq] else { continue }
+            latest[seq] = max(current, at)
+        }
+    }
+    let applied = latest.compactMap { seq, at in sentAt[seq].map { Double(at &- $0) / 1000 } }
+    return Result(scenario: "hub.latency", params: [("replicas", JSON(replicas)), ("load", .string(label)),
+                                                    ("load_actions_per_s", JSON(Int(loadRate)))],
+                  metrics: [("ack_p50_us", percentile(acks, 0.5)), ("ack_p99_us", percentile(acks, 0.99)),
+                            ("ack_p999_us", percentile(acks, 0.999)),
+                            ("applied_p50_us", percentile(applied, 0.5)), ("applied_p99_us", percentile(applied, 0.99))])
 }
 
 /// The in-run baseline for the hub: length-prefixed frames of an action envelope's size

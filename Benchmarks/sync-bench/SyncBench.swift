@@ -13,18 +13,29 @@ let usage = """
 
     OPTIONS:
       --json          One JSON object per line: {"scenario":…,"params":{…},"metrics":{…}}.
-      --quick         Fewer iterations (a smoke run; figures are noisier).
-      --only PREFIX   Run only scenarios whose name starts with PREFIX (store, hub, baseline).
+      --quick         Fewer iterations and replicas (a smoke run under 30 s; figures are noisier).
+      --only PREFIX   Run only scenarios whose name starts with PREFIX (store, hub, raw, redis, …).
       -h, --help      Print this help and exit.
 
-    SCENARIOS:
+    SCENARIOS (every figure comes with the machine; baselines are measured in the same run):
       baseline.reduce   the bench reducer called directly (the store's in-run baseline)
       store.dispatch    dispatch with thunk middleware and one subscriber; selectors=0 and 100
                         (100 selector subscriptions, exactly one of which changes per action)
-      baseline.socket   action-sized frames through a Unix socket pair (the hub's in-run baseline)
-      hub.throughput    hub + 4 replica processes, json app: actions/s fully applied by all
       codable.apply     decode a wire action and apply it, Codable codec vs hand-written (counter)
-      hub.latency       dispatch→ack round trip of one replica with 3 more attached, unloaded
+      baseline.socket   action-sized frames through a Unix socket pair, one reader
+      raw.throughput    the transport's limit: a minimal hub writes the same pre-encoded envelopes
+                        (64 per write) to N subscriber processes; N = 1, 4, 16, 64
+      redis.throughput  redis-server on a Unix socket, one publisher pipelining 64 PUBLISHes of the
+                        same envelope to N subscriber processes (skipped when redis-server is not
+                        on PATH: apt-get install redis-server)
+      hub.throughput    hub + N replica processes, json app, each dispatching with 64 of its own
+                        outstanding: actions/s applied by every replica; N = 1, 4, 16, 64 in memory;
+                        N = 4 with --fsync batch and always; N = 4 plus one attached replica that
+                        never reads
+      hub.latency       dispatch→ack and dispatch→applied-by-all (p50/p99/p99.9) of one replica with
+                        3 more attached, unloaded and at 50% of the N = 4 peak
+      hub.rss           the hub's resident memory: at rest, with 64 idle replicas, after 1,000,000
+                        actions, and after 1,000,000 actions with 63 of 64 replicas not reading
       hydrate           a new replica attaching to a 1 MiB state: connect to applied welcome, ms
       resume            a replica resuming 10,000 missed actions: hello to the last one read, ms
       recovery          a hub killed (-9) after 1,000,000 actions: restart to ready, s (snapshot every
@@ -37,7 +48,8 @@ struct SyncBench {
         var cursor = ArgumentCursor(CommandLine.arguments)
         var json = false, quick = false
         var only: String?
-        var worker = false, socket = "", count = 0, total = 0
+        var worker = false, socket = "", count = 0, total = 0, window = 0
+        var subscriber: String?
         var hubChild: String?
         while let argument = cursor.next() {
             switch argument {
@@ -48,6 +60,8 @@ struct SyncBench {
             case "--socket": socket = cursor.next() ?? ""
             case "--count": count = Int(cursor.next() ?? "") ?? 0
             case "--total": total = Int(cursor.next() ?? "") ?? 0
+            case "--window": window = Int(cursor.next() ?? "") ?? 0
+            case "--raw-sub", "--redis-sub": subscriber = argument
             case "--hub-child": hubChild = cursor.next()
             case "-h", "--help":
                 Console.out(usage)
@@ -57,13 +71,47 @@ struct SyncBench {
                 exit(2)
             }
         }
-        if worker { runWorker(socket: socket, count: count, total: total) }
+        if worker { runWorker(socket: socket, count: count, total: total, window: window) }
+        if subscriber == "--raw-sub" { runRawSubscriber(socket: socket, count: count) }
+        if subscriber == "--redis-sub" { runRedisSubscriber(socket: socket, count: count) }
         if let hubChild { runHubChild(socket: socket, dataDirectory: hubChild, snapshotEvery: count) }
         UnixSocket.ignoreBrokenPipes()
 
-        func report(_ result: Result) {
+        // Main metrics of the in-run baselines, by scenario and replica count.
+        var baselines: [String: Double] = [:]
+        func report(_ measured: Result) {
+            var result = measured
+            let replicas = result.params.first { $0.0 == "replicas" }?.1.intValue ?? 0
+            func param(_ name: String) -> String? { result.params.first { $0.0 == name }?.1.stringValue }
+            func ratio(to key: String, as name: String) {
+                if let baseline = baselines[key], baseline > 0 { result.ratios.append((name, result.value / baseline)) }
+            }
+            switch result.scenario {
+            case "baseline.reduce", "handwritten.apply":
+                baselines[result.scenario] = result.value
+            case "store.dispatch":
+                ratio(to: "baseline.reduce", as: "baseline.reduce")
+            case "codable.apply":
+                ratio(to: "handwritten.apply", as: "handwritten.apply")
+            case "raw.throughput":
+                baselines["raw/\(replicas)"] = result.value
+            case "redis.throughput":
+                baselines["redis/\(replicas)"] = result.value
+                ratio(to: "raw/\(replicas)", as: "raw.throughput")
+            case "hub.throughput":
+                if param("fsync") == "memory", result.params.first(where: { $0.0 == "stalled" })?.1 == 0 {
+                    baselines["hub/\(replicas)"] = result.value
+                    ratio(to: "raw/\(replicas)", as: "raw.throughput")
+                    ratio(to: "redis/\(replicas)", as: "redis.throughput")
+                } else {
+                    ratio(to: "hub/\(replicas)", as: "hub.throughput (memory)")
+                }
+            default:
+                break
+            }
             Console.out(json ? result.jsonLine : result.text)
         }
+        if !json { Console.out(Machine.current.text) }
         func wanted(_ name: String) -> Bool { only.map { name.hasPrefix($0) || $0.hasPrefix(name) } ?? true }
         #if DEBUG
         if !json { Console.error("sync-bench: this is a debug build; figures mean little. Use: swift run -c release sync-bench") }
@@ -76,12 +124,33 @@ struct SyncBench {
             }
             if wanted("codable") || wanted("handwritten") { codableApply(quick: quick).forEach(report) }
             if wanted("baseline.socket") { report(try socketBaseline(frames: quick ? 100_000 : 2_000_000)) }
+            let fanOuts = quick ? [4, 64] : [1, 4, 16, 64]
+            for replicas in fanOuts {
+                if wanted("raw") {
+                    report(try rawThroughput(replicas: replicas, frames: (quick ? 200_000 : 2_000_000) / max(1, replicas / 4)))
+                }
+                if wanted("redis") {
+                    if let result = try redisThroughput(replicas: replicas, messages: (quick ? 100_000 : 1_000_000) / max(1, replicas / 4)) {
+                        report(result)
+                    } else if replicas == fanOuts[0] {
+                        Console.error("sync-bench: redis.throughput skipped: redis-server is not on PATH (apt-get install redis-server)")
+                    }
+                }
+            }
+            var peak = 100_000.0
             if wanted("hub") {
-                report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000))
+                for replicas in fanOuts {
+                    let actions = (quick ? 20_000 : 200_000) / max(1, replicas / 8)
+                    let result = try hubThroughput(replicas: replicas, actions: actions)
+                    if replicas == 4, let measured = result.metrics.first?.1 { peak = measured }
+                    report(result)
+                }
                 report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, fsync: .batch))
                 report(try hubThroughput(replicas: 4, actions: quick ? 2_000 : 20_000, fsync: .always))
                 report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, stalled: 1))
-                report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000))
+                report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000, loadRate: 0, label: "unloaded"))
+                report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000, loadRate: peak / 2, label: "50%"))
+                try hubRSS(actions: quick ? 100_000 : 1_000_000).forEach(report)
             }
             if wanted("hydrate") { report(try hydrate(stateBytes: 1 << 20)) }
             if wanted("resume") { report(try resume(actions: 10_000)) }

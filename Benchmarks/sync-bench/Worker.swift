@@ -1,5 +1,6 @@
 import BuiltinApps
 import Dispatch
+import Foundation
 import StoreReplica
 import SyncCore
 import SyncPOSIX
@@ -10,13 +11,25 @@ import Glibc
 import Darwin
 #endif
 
+/// Nanoseconds on the system-wide monotonic clock, comparable across processes.
+func monotonicNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
 /// `sync-bench --worker`: one replica process of the multi-process runs.
 ///
-/// Protocol with the parent, one line each way: the worker prints `ready ID`, waits for
-/// `go` on stdin, dispatches its `count` actions (fire-and-forget through its store, as an
-/// app would), waits until it has applied `total` actions, and prints `done SEQ DIGEST`.
-/// With `count` 0 it just stays attached until stdin closes.
-func runWorker(socket: String, count: Int, total: Int) -> Never {
+/// Protocol with the parent, one line each way: the worker prints `ready ID` and waits on
+/// stdin for one of:
+/// - `go`: it dispatches its `count` actions (through its store, as an app would; with
+///   `window` > 0 at most that many of its own outstanding at once), waits until it has
+///   applied `total` actions, and prints `done SEQ DIGEST`. With `count` 0 it stays attached
+///   until stdin closes.
+/// - `load RATE ORIGIN`: it dispatches about RATE actions per second and notes when it
+///   applies each action from replica ORIGIN, until `stop`; then it prints `probe SEQ NS`
+///   per such action (monotonic nanoseconds) and `end`.
+func runWorker(socket: String, count: Int, total: Int, window: Int) -> Never {
     let replica: Replica<JSONApp>
     do {
         replica = try Replica.attach(app: JSONApp(), socketPath: socket, name: "bench-worker")
@@ -24,28 +37,71 @@ func runWorker(socket: String, count: Int, total: Int) -> Never {
         Console.error("sync-bench worker: \(error.description)")
         exit(1)
     }
-    let target = replica.welcomeSeq + UInt64(total)
-    let reached = DispatchSemaphore(value: 0)
-    let signalled = Atomic<Bool>(false)
-    let token = replica.observeEvents { event in
-        if case .action(let seq, _, _, _, _) = event, seq >= target,
-           !signalled.exchange(true, ordering: .relaxed) {
-            reached.signal()
-        }
-    }
+    let path = (try? JSONPointer("/counters/\(replica.replicaID)")) ?? .root
     Console.out("ready \(replica.replicaID)")
-    guard readLine() == "go" else { exit(0) }
+    let command = readLine() ?? ""
+    if command.hasPrefix("load ") {
+        runLoad(replica, path: path, command: command)
+    }
+    guard command == "go" else { exit(0) }
     if count == 0 {
         while readLine() != nil {}
         exit(0)
     }
-    let path = (try? JSONPointer("/counters/\(replica.replicaID)")) ?? .root
+    let target = replica.welcomeSeq + UInt64(total)
+    let reached = DispatchSemaphore(value: 0)
+    let signalled = Atomic<Bool>(false)
+    // Each of this worker's own actions coming back frees a place in the window.
+    let slots = DispatchSemaphore(value: max(window, 0))
+    let me = replica.replicaID
+    let token = replica.observeEvents { event in
+        guard case .action(let seq, let origin, _, _, _) = event else { return }
+        if window > 0, origin == me { slots.signal() }
+        if seq >= target, !signalled.exchange(true, ordering: .relaxed) { reached.signal() }
+    }
     for _ in 0..<count {
+        if window > 0 { slots.wait() }
         replica.store.dispatch(.increment(path, by: 1))
     }
     if total > 0, replica.seq < target { reached.wait() }
     token.cancel()
     Console.out("done \(replica.seq) \(replica.app.digest(of: replica.store.state))")
+    replica.close()
+    exit(0)
+}
+
+/// The `load` mode of a worker: steady background dispatches while the parent measures latency.
+private func runLoad(_ replica: Replica<JSONApp>, path: JSONPointer, command: String) -> Never {
+    let parts = command.split(separator: " ")
+    let rate = parts.count > 1 ? Double(parts[1]) ?? 0 : 0
+    let probe = parts.count > 2 ? Int(parts[2]) ?? -1 : -1
+    let seen = Mutex<[(UInt64, UInt64)]>([])
+    let token = replica.observeEvents { event in
+        guard case .action(let seq, let origin, _, _, _) = event, origin == probe else { return }
+        let now = monotonicNanoseconds()
+        seen.withLock { $0.append((seq, now)) }
+    }
+    let stop = Atomic<Bool>(false)
+    let finished = DispatchSemaphore(value: 0)
+    Thread.detachNewThread {
+        let start = monotonicNanoseconds()
+        var sent = 0.0
+        while !stop.load(ordering: .relaxed) {
+            let due = rate * Double(monotonicNanoseconds() - start) / 1e9
+            while sent + 1 <= due {
+                replica.store.dispatch(.increment(path, by: 1))
+                sent += 1
+            }
+            usleep(200)
+        }
+        finished.signal()
+    }
+    while let line = readLine(), line != "stop" {}
+    stop.store(true, ordering: .relaxed)
+    finished.wait()
+    token.cancel()
+    for (seq, at) in seen.withLock({ $0 }) { Console.out("probe \(seq) \(at)") }
+    Console.out("end")
     replica.close()
     exit(0)
 }

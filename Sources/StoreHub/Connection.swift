@@ -1,3 +1,10 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import SyncCore
 
 /// Where one client connection stands in the protocol.
@@ -44,13 +51,22 @@ enum ConnectionState: Equatable {
 }
 
 /// One client connection, owned by the hub's event-loop thread: its descriptor, its input
-/// and output buffers, and its protocol state.
+/// buffer, its protocol state, and what it is owed: a position in the shared ``Backlog`` of
+/// sequenced frames plus the messages meant for it alone.
+///
+/// Output order is exact: a private message queued when the backlog ended at position P is
+/// written after the shared frames up to P and before any later one, so `welcome`, `synced`,
+/// `reject` and `error` fall between actions exactly where the hub decided.
 final class Connection {
+    /// A message (or several) for this connection alone, written once the shared stream has
+    /// been written up to `after`.
+    struct Chunk {
+        var after: UInt64
+        var bytes: [UInt8]
+    }
+
     let fd: Int32
     var decoder: FrameDecoder
-    /// Bytes queued for this client; `outOffset` of them already written.
-    var out: [UInt8] = []
-    var outOffset = 0
     var state: ConnectionState = .greeting
     /// The client closed (or half-closed) its side; frames already buffered are still handled.
     var inputEnded = false
@@ -60,51 +76,159 @@ final class Connection {
     var lastFrameAt: ContinuousClock.Instant = .now
     /// Since when bytes of an incomplete frame have been buffered (`nil`: none).
     var partialSince: ContinuousClock.Instant?
-    /// Where each broadcast batch queued for this replica ends in `out`, with the seq of its
-    /// last action: what has been written tells how far behind the replica is.
-    private var marks: [(end: Int, seq: UInt64)] = []
-    private var markHead = 0
-    /// The seq of the last action written to the socket (or queued before attaching).
-    private(set) var writtenSeq: UInt64 = 0
 
-    /// Notes that `out` now ends with the actions up to `seq`.
-    func markQueued(through seq: UInt64) {
-        if pendingBytes == 0 {
-            writtenSeq = seq
-        } else {
-            marks.append((out.count, seq))
-        }
-    }
-
-    /// Advances ``writtenSeq`` after a write moved `outOffset`.
-    func noteWritten() {
-        while markHead < marks.count, marks[markHead].end <= outOffset {
-            writtenSeq = marks[markHead].seq
-            markHead += 1
-        }
-        if markHead == marks.count {
-            marks.removeAll(keepingCapacity: true)
-            markHead = 0
-        } else if markHead > 64, markHead * 2 >= marks.count {
-            // A replica that stays behind: drop the passed marks (amortised O(1) per mark).
-            marks.removeFirst(markHead)
-            markHead = 0
-        }
-    }
-
-    /// Drops the first `cut` bytes of `out` (already written).
-    func dropWrittenPrefix(_ cut: Int) {
-        out.removeFirst(cut)
-        outOffset -= cut
-        for index in markHead..<marks.count { marks[index].end -= cut }
-    }
+    /// The position in the backlog of the next shared byte to write to this connection, or
+    /// `nil` when it reads no shared frames (not attached, or it fell out of the backlog).
+    var cursor: UInt64?
+    /// Whether every newly released frame is for this connection (attached). When `false`,
+    /// shared frames are written only up to the last private message's gate.
+    var follows = false
+    /// Private messages, back to back; `outOffset` bytes already written.
+    private var out: [UInt8] = []
+    private var outOffset = 0
+    /// Where private bytes in `out` start waiting for the shared stream: the bytes from
+    /// `gates[i].start` (up to the next gate) go out once the stream is written up to
+    /// `gates[i].after`.
+    private var gates: [(start: Int, after: UInt64)] = []
+    private var gateHead = 0
 
     init(fd: Int32, maxFrameBytes: Int) {
         self.fd = fd
         self.decoder = FrameDecoder(maxPayloadBytes: maxFrameBytes)
     }
 
-    var pendingBytes: Int { out.count - outOffset }
+    /// Private bytes not yet written.
+    var privateBytes: Int { out.count - outOffset }
+
+    /// Queues bytes for this connection alone, after the shared frames up to `after`.
+    func queue(_ bytes: [UInt8], after: UInt64) {
+        guard !bytes.isEmpty else { return }
+        if gateHead == gates.count || gates[gates.count - 1].after != after {
+            gates.append((out.count, after))
+        }
+        out.append(contentsOf: bytes)
+    }
+
+    /// Where shared output stops for now, given the backlog's end (`nil`: no shared output).
+    func sharedLimit(end: UInt64) -> UInt64? {
+        guard let cursor else { return nil }
+        if follows { return end }
+        return max(cursor, gateHead < gates.count ? gates[gates.count - 1].after : cursor)
+    }
+
+    /// Bytes owed to this connection: shared frames up to ``sharedLimit(end:)`` plus private bytes.
+    func pendingBytes(end: UInt64) -> Int {
+        var shared = 0
+        if let cursor, let limit = sharedLimit(end: end) { shared = Int(limit - cursor) }
+        return shared + privateBytes
+    }
+
+    /// Calls `body` with what is owed, in order, as at most `maxPieces` buffers: shared
+    /// ranges taken from `stream` (the backlog's bytes from position `streamBase`) and
+    /// private bytes. Shared ranges no longer in `stream` end the list.
+    func withOutput<R>(end: UInt64, stream: UnsafeRawBufferPointer, streamBase: UInt64, maxPieces: Int,
+                       _ body: (UnsafeBufferPointer<iovec>) -> R) -> R {
+        out.withUnsafeBytes { privateBytes in
+            var vectors: [iovec] = []
+            vectors.reserveCapacity(4)
+            var position = cursor
+            var stopped = false
+            func addShared(_ from: UInt64, _ to: UInt64) {
+                guard from >= streamBase, to <= streamBase + UInt64(stream.count), let base = stream.baseAddress else {
+                    stopped = true
+                    return
+                }
+                vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: base + Int(from - streamBase)),
+                                     iov_len: Int(to - from)))
+            }
+            var index = gateHead
+            while index < gates.count, !stopped, vectors.count < maxPieces {
+                let gate = gates[index]
+                if let from = position, from < gate.after {
+                    addShared(from, gate.after)
+                    position = gate.after
+                    if stopped || vectors.count >= maxPieces { break }
+                }
+                let lower = index == gateHead ? max(gate.start, outOffset) : gate.start
+                let upper = index + 1 < gates.count ? gates[index + 1].start : out.count
+                if upper > lower, let base = privateBytes.baseAddress {
+                    vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: base + lower), iov_len: upper - lower))
+                }
+                index += 1
+            }
+            if index == gates.count, !stopped, vectors.count < maxPieces, let from = position,
+               let limit = sharedLimit(end: end), from < limit {
+                addShared(from, limit)
+            }
+            return vectors.withUnsafeBufferPointer(body)
+        }
+    }
+
+    /// Notes that `count` bytes were written, walking the order ``withOutput`` gives.
+    func consume(_ count: Int) {
+        var left = count
+        while left > 0 {
+            if gateHead < gates.count {
+                let gate = gates[gateHead]
+                if let from = cursor, from < gate.after {
+                    let step = min(UInt64(left), gate.after - from)
+                    cursor = from + step
+                    left -= Int(step)
+                    continue
+                }
+                let upper = gateHead + 1 < gates.count ? gates[gateHead + 1].start : out.count
+                let step = min(left, upper - outOffset)
+                outOffset += step
+                left -= step
+                if outOffset == upper { gateHead += 1 }
+                continue
+            }
+            guard let from = cursor else { return }
+            cursor = from + UInt64(left)
+            left = 0
+        }
+        if outOffset == out.count {
+            out.removeAll(keepingCapacity: out.capacity <= 1 << 20)
+            outOffset = 0
+            gates.removeAll(keepingCapacity: true)
+            gateHead = 0
+        } else if outOffset >= 1 << 20, outOffset * 2 >= out.count {
+            out.removeFirst(outOffset)
+            for index in gateHead..<gates.count { gates[index].start -= outOffset }
+            gates.removeFirst(gateHead)
+            gateHead = 0
+            outOffset = 0
+        }
+    }
+
+    /// Leaves the shared stream because its frames from ``cursor`` on are no longer held
+    /// (a replica that fell out of the backlog).
+    ///
+    /// Private messages gated after frames this connection will not get are dropped: they
+    /// would name seqs it never saw.
+    ///
+    /// - Parameter carry: The rest of the frame the connection was half-way through (empty at
+    ///   a frame boundary); it is written before anything else, so the stream stays whole.
+    func leaveStream(carry: [UInt8]) {
+        guard let from = cursor else { return }
+        cursor = nil
+        follows = false
+        // A gate at or before `from` is passed: its bytes (and those of the gates before the
+        // first one past `from`) are still owed.
+        var cut = out.count
+        for index in gateHead..<gates.count where gates[index].after > from {
+            cut = gates[index].start
+            gates.removeSubrange(index...)
+            break
+        }
+        out.removeSubrange(max(cut, outOffset)...)
+        if !carry.isEmpty {
+            // `from` is inside a frame, so no private byte was due yet: the carry goes first.
+            out.replaceSubrange(outOffset..<outOffset, with: carry)
+            for index in gateHead..<gates.count { gates[index].start += carry.count }
+            gates.insert((outOffset, from), at: gateHead)
+        }
+    }
 
     /// For logs: `replica 3 (alice)` or `client (not attached)`.
     var label: String {

@@ -85,7 +85,7 @@ final class HubLoop {
                         if now - since > configuration.idleTimeout { idle.append(connection) }
                     }
                 }
-                if connection.pendingBytes > 0 { events |= Int16(POLLOUT) }
+                if connection.pendingBytes(end: backlog.end) > 0 { events |= Int16(POLLOUT) }
                 pollSet.append(pollfd(fd: connection.fd, events: events, revents: 0))
                 order.append(connection)
             }
@@ -234,8 +234,8 @@ final class HubLoop {
             flushBatch()
             let replicas = attached.compactMap { peer in
                 peer.state.replica.map {
-                    ReplicaInfo(replica: $0, name: peer.state.name, queuedBytes: peer.pendingBytes,
-                                lag: Int(clamping: sequencer.seq &- min(sequencer.seq, peer.writtenSeq)))
+                    ReplicaInfo(replica: $0, name: peer.state.name, queuedBytes: peer.pendingBytes(end: backlog.end),
+                                lag: Int(clamping: sequencer.seq &- min(sequencer.seq, writtenSeq(of: peer))))
                 }
             }
             send(.status(hubProtocol.statusMessage(replicas: replicas)), to: connection)
@@ -271,25 +271,29 @@ final class HubLoop {
             sessionOwners[key] = connection
         }
         connection.state = .attached(replica: replica, name: name, session: session)
-        if let resumeFrom, let missed = sequencer.frames(after: resumeFrom) {
+        if let resumeFrom, let position = resumeFrom >= backlog.lastSeq ? backlog.end : backlog.position(after: resumeFrom) {
             let welcome = Welcome.resumed(hub: hubID, replica: replica, seq: resumeFrom, history: sequencer.history,
                                           maxFrameBytes: configuration.maxFrameBytes)
-            send(.welcome(welcome), to: connection)
-            connection.out.append(contentsOf: missed)
-            connection.markQueued(through: sequencer.seq)
+            // The welcome, then the missed frames straight from the backlog, then whatever follows.
+            send(.welcome(welcome), to: connection, after: position)
+            connection.cursor = position
+            connection.follows = true
             attached.append(connection)
             configuration.log("hubd: \(connection.label) resumed at seq \(resumeFrom) (\(sequencer.seq - resumeFrom) actions replayed)")
             return
         }
         let snapshot = sequencer.currentSnapshot()
         do throws(FrameError) {
-            try appendWelcome(replica: replica, snapshot: snapshot, to: &connection.out)
+            var frame: [UInt8] = []
+            try appendWelcome(replica: replica, snapshot: snapshot, to: &frame)
+            connection.queue(frame, after: backlog.end)
         } catch {
             // A frame's length is 32 bits: a state this large cannot be sent in one welcome.
             fail(connection, WireError(.frameTooLarge, "the state is \(snapshot.stateBytes.count) bytes, more than one frame can carry (4 GiB); it cannot be sent to a new replica"))
             return
         }
-        connection.markQueued(through: snapshot.seq)
+        connection.cursor = backlog.end
+        connection.follows = true
         attached.append(connection)
         configuration.log("hubd: \(connection.label) attached at seq \(sequencer.seq)")
     }
@@ -321,11 +325,26 @@ final class HubLoop {
 
     // MARK: - Output
 
+    /// The shared stream of sequenced frames.
+    private var backlog: Backlog { sequencer.backlog }
+
+    /// The seq of the last action written whole to a connection's socket.
+    private func writtenSeq(of connection: Connection) -> UInt64 {
+        guard let cursor = connection.cursor else { return sequencer.seq }
+        return backlog.seq(before: cursor)
+    }
+
     /// Sends one message to one connection, after everything sequenced before it.
-    private func send(_ message: HubMessage, to connection: Connection) {
+    ///
+    /// - Parameters:
+    ///   - message: The message.
+    ///   - connection: The connection.
+    ///   - after: The position in the shared stream the message follows (default: its end,
+    ///     after everything released so far).
+    private func send(_ message: HubMessage, to connection: Connection, after: UInt64? = nil) {
         flushBatch()
         do throws(FrameError) {
-            connection.out.append(contentsOf: try Frame.encode(message))
+            connection.queue(try Frame.encode(message), after: after ?? backlog.end)
         } catch {
             // Only a message carrying client-chosen text could get here (it never does in
             // practice: such text arrived in a frame of at most --max-frame-bytes).
@@ -334,58 +353,96 @@ final class HubLoop {
     }
 
     /// Sends `error` and closes the connection once it is flushed; other clients carry on.
+    ///
+    /// - Parameters:
+    ///   - connection: The connection.
+    ///   - error: What it is told.
+    ///   - soon: Send the error right after the frame being written instead of after
+    ///     everything released (for a replica that is too far behind).
     private func fail(_ connection: Connection, _ error: WireError) {
         configuration.log("hubd: closing \(connection.label): \(error.rawCode): \(error.message)")
         send(.error(error), to: connection)
         detach(connection)
+        connection.follows = false
         connection.state = connection.state.closing(by: .now + .seconds(2))
     }
 
-    /// Commits what the sequencer has sequenced and appends the released frames to every
-    /// attached replica's queue; dispatchers of actions that could not be made durable get
-    /// `reject` `unavailable` instead.
+    /// Commits what the sequencer has sequenced, which releases it into the shared backlog
+    /// every attached replica reads; dispatchers of actions that could not be made durable
+    /// get `reject` `unavailable` instead.
     private func flushBatch() {
-        let (frames, failed) = sequencer.commit()
-        if !frames.isEmpty {
-            let through = sequencer.committedSeq
-            for connection in attached {
-                connection.out.append(contentsOf: frames)
-                connection.markQueued(through: through)
-            }
-        }
+        let failed = sequencer.commit()
         for (connection, id, error) in failed where connections[connection.fd] === connection {
             if let frame = try? Frame.encode(HubMessage.reject(id: id, error: error)) {
-                connection.out.append(contentsOf: frame)
+                connection.queue(frame, after: backlog.end)
             }
         }
     }
 
-    /// One write per connection with queued bytes: everything pending, coalesced.
+    /// Frees backlog memory no reader needs: bytes before both the resume window and every
+    /// connection's position. (A replica more than `--max-queue-bytes` behind has already
+    /// left the stream, so this keeps at most about that much beyond the window.)
+    private func compactBacklog() {
+        var keep = backlog.heldStart
+        let end = backlog.end
+        for connection in connections.values {
+            guard let cursor = connection.cursor, cursor < keep,
+                  let limit = connection.sharedLimit(end: end), cursor < limit else { continue }
+            guard backlog.inMemory(cursor) else {
+                // Cannot happen (compaction never passes a reader); a stream with a gap would
+                // be corrupt, so the connection is closed instead.
+                drop(connection, reason: "lost its place in the backlog")
+                continue
+            }
+            keep = cursor
+        }
+        backlog.compact(keepingFrom: keep)
+    }
+
+    /// A replica too far behind: it gets the rest of the frame it was half-way through, then
+    /// `slow-consumer`, and leaves the shared stream (holding none of the backlog).
+    private func fallOut(_ connection: Connection, lagBytes: Int) {
+        var carry: [UInt8] = []
+        if let cursor = connection.cursor {
+            let frameEnd = backlog.frameEnd(containing: cursor)
+            if frameEnd > cursor, backlog.inMemory(cursor) {
+                carry = backlog.withBytes(from: cursor, to: frameEnd) { Array($0) }
+            }
+        }
+        connection.leaveStream(carry: carry)
+        fail(connection, WireError(.slowConsumer, "\(lagBytes) bytes were waiting for this replica, more than this hub's limit of \(configuration.maxQueuedBytesPerReplica) (--max-queue-bytes); read faster, or attach again (with resume) to catch up"))
+    }
+
+    /// One write per connection with queued bytes: everything pending, gathered.
     private func writeAll() {
-        for connection in Array(connections.values) where connection.pendingBytes > 0 {
+        let end = backlog.end
+        for connection in connections.values where connection.pendingBytes(end: end) > 0 {
             write(connection)
-            if !connection.state.isClosing, connection.pendingBytes > configuration.maxQueuedBytesPerReplica {
-                // No more broadcasts; the error follows what is queued, and the close comes
-                // when that is written or after 2 s, whichever is first.
-                fail(connection, WireError(.slowConsumer, "\(connection.pendingBytes) bytes were waiting for this replica, more than this hub's limit of \(configuration.maxQueuedBytesPerReplica) (--max-queue-bytes); read faster, or attach again to resync"))
+            let pending = connection.pendingBytes(end: end)
+            if !connection.state.isClosing, pending > configuration.maxQueuedBytesPerReplica {
+                // No more broadcasts; the error follows the frame being written, and the close
+                // comes when that is written or after 2 s, whichever is first.
+                fallOut(connection, lagBytes: pending)
             }
         }
+        compactBacklog()
     }
 
+    /// The most pieces gathered into one `sendmsg`.
+    private static let piecesPerWrite = 64
+
+    /// Writes as much of what a connection is owed as its socket takes, in one system call
+    /// (shared frames straight from the backlog, private messages from the connection).
     private func write(_ connection: Connection) {
-        let result = connection.out.withUnsafeBytes { bytes in
-            UnixSocket.write(connection.fd, UnsafeRawBufferPointer(rebasing: bytes[connection.outOffset...]))
+        let end = backlog.end
+        let result = backlog.withStream { stream, base in
+            connection.withOutput(end: end, stream: stream, streamBase: base, maxPieces: Self.piecesPerWrite) { vectors in
+                vectors.isEmpty ? UnixSocket.IOResult.bytes(0) : UnixSocket.write(connection.fd, gathering: vectors)
+            }
         }
         switch result {
         case .bytes(let count):
-            connection.outOffset += count
-            connection.noteWritten()
-            if connection.outOffset == connection.out.count {
-                connection.out.removeAll(keepingCapacity: connection.out.capacity <= 4 << 20)
-                connection.outOffset = 0
-            } else if connection.outOffset >= 1 << 20, connection.outOffset * 2 >= connection.out.count {
-                connection.dropWrittenPrefix(connection.outOffset)
-            }
+            connection.consume(count)
         case .wouldBlock:
             break
         case .endOfFile, .failed:
@@ -397,7 +454,7 @@ final class HubLoop {
         let now = ContinuousClock.now
         for connection in Array(connections.values) {
             guard case .closing(_, _, let deadline) = connection.state else { continue }
-            if connection.pendingBytes == 0 || now >= deadline {
+            if connection.pendingBytes(end: backlog.end) == 0 || now >= deadline {
                 close(connection)
             }
         }
@@ -449,8 +506,8 @@ final class HubLoop {
         // poll for any of them to take more, until all is written or 2 s have passed.
         let deadline = ContinuousClock.now + .seconds(2)
         while true {
-            for connection in connections.values where connection.pendingBytes > 0 { write(connection) }
-            let pending = connections.values.filter { $0.pendingBytes > 0 }
+            for connection in connections.values where connection.pendingBytes(end: backlog.end) > 0 { write(connection) }
+            let pending = connections.values.filter { $0.pendingBytes(end: backlog.end) > 0 }
             let remaining = deadline - ContinuousClock.now
             guard !pending.isEmpty, remaining > .zero else { break }
             var waitSet = pending.map { pollfd(fd: $0.fd, events: Int16(POLLOUT), revents: 0) }

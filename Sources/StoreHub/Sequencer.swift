@@ -26,8 +26,9 @@ final class Sequencer {
     private var batch: [UInt8] = []
     /// Where each frame of `batch` starts.
     private var batchStarts: [Int] = []
-    /// Released frames kept for replicas that resume.
-    private var backlog: Backlog
+    /// Released frames: read by every attached replica at its own position, and kept for
+    /// replicas that resume.
+    let backlog: Backlog
     /// The dispatchers of the actions in `batch`, told `unavailable` if the commit fails.
     private var uncommitted: [(connection: Connection, id: DispatchID, session: String?)] = []
     /// Sequenced dispatch ids per client session (exactly-once dispatch).
@@ -124,11 +125,6 @@ final class Sequencer {
     /// Whether a replica that applied everything up to `seq` can be sent the rest.
     func canResume(after seq: UInt64) -> Bool {
         seq <= self.seq && (backlog.covers(after: seq) || seq >= backlog.lastSeq)
-    }
-
-    /// The frames of every action after `seq` (up to the committed seq), or `nil`.
-    func frames(after seq: UInt64) -> [UInt8]? {
-        backlog.frames(after: seq)
     }
 
     /// Restores the state from a snapshot and the journal after it.
@@ -275,25 +271,25 @@ final class Sequencer {
         return .sequenced
     }
 
-    /// Makes the sequenced actions durable and hands back their frames for broadcast.
+    /// Makes the sequenced actions durable and releases their frames for broadcast: they are
+    /// appended to the ``backlog``, which every attached replica reads.
     ///
-    /// - Returns: The frames to broadcast (possibly empty), and the dispatchers to tell
-    ///   `unavailable` because their actions could not be made durable and were undone.
-    func commit() -> (frames: [UInt8], failed: [(connection: Connection, id: DispatchID, error: WireError)]) {
-        guard !batch.isEmpty || log.hasUncommitted else { return ([], []) }
+    /// - Returns: The dispatchers to tell `unavailable` because their actions could not be
+    ///   made durable and were undone (empty when the commit succeeded).
+    func commit() -> [(connection: Connection, id: DispatchID, error: WireError)] {
+        guard !batch.isEmpty || log.hasUncommitted else { return [] }
         do throws(StorageError) {
             try log.commit()
         } catch {
-            return ([], rollBack(error))
+            return rollBack(error)
         }
         committedSeq = seq
         uncommitted.removeAll(keepingCapacity: true)
-        let frames = batch
-        backlog.append(frames, starts: batchStarts, first: releasedSeq + 1)
+        backlog.append(batch, starts: batchStarts, first: releasedSeq + 1)
         batch.removeAll(keepingCapacity: true)
         batchStarts.removeAll(keepingCapacity: true)
         if seq - lastSnapshotSeq >= snapshotEvery { snapshot() }
-        return (frames, [])
+        return []
     }
 
     /// Undoes everything not committed and stops accepting dispatches.

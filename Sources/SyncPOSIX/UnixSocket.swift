@@ -225,6 +225,33 @@ public enum UnixSocket {
         }
     }
 
+    /// Writes as much of several buffers, in order, as the socket takes now, in one system
+    /// call (`sendmsg`), without raising SIGPIPE.
+    ///
+    /// - Parameters:
+    ///   - fd: The descriptor.
+    ///   - vectors: The buffers (at most `IOV_MAX`, 1024 on Linux and Darwin).
+    /// - Returns: The outcome.
+    public static func write(_ fd: Int32, gathering vectors: UnsafeBufferPointer<iovec>) -> IOResult {
+        guard !vectors.isEmpty else { return .bytes(0) }
+        var message = msghdr()
+        message.msg_iov = UnsafeMutablePointer(mutating: vectors.baseAddress)
+        message.msg_iovlen = numericCast(vectors.count)
+        while true {
+            #if canImport(Darwin)
+            let n = sendmsg(fd, &message, 0)
+            #else
+            let n = sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
+            #endif
+            if n >= 0 { return .bytes(n) }
+            switch currentErrno() {
+            case EINTR: continue
+            case EAGAIN, EWOULDBLOCK: return .wouldBlock
+            case let code: return .failed(code)
+            }
+        }
+    }
+
     /// Writes all of `bytes` on a blocking descriptor.
     ///
     /// - Parameters:

@@ -1,0 +1,162 @@
+import BuiltinApps
+import Foundation
+@testable import StoreHub
+import SyncCore
+import SyncPOSIX
+import Testing
+
+/// `n` frames of `size` bytes each whose bytes all equal their seq (mod 256), back to back.
+private func frames(seqs: ClosedRange<UInt64>, size: Int) -> (bytes: [UInt8], starts: [Int]) {
+    var bytes: [UInt8] = []
+    var starts: [Int] = []
+    for seq in seqs {
+        starts.append(bytes.count)
+        bytes.append(contentsOf: repeatElement(UInt8(truncatingIfNeeded: seq), count: size))
+    }
+    return (bytes, starts)
+}
+
+/// Writes what a connection is owed in pieces of at most `step` bytes (as a socket taking a
+/// little at a time would) and returns the bytes in the order they would reach the client.
+private func drain(_ connection: Connection, _ backlog: Backlog, step: Int) -> [UInt8] {
+    var written: [UInt8] = []
+    while connection.pendingBytes(end: backlog.end) > 0 {
+        let taken: [UInt8] = backlog.withStream { stream, base in
+            connection.withOutput(end: backlog.end, stream: stream, streamBase: base, maxPieces: 3) { vectors in
+                var bytes: [UInt8] = []
+                for vector in vectors where bytes.count < step {
+                    let piece = UnsafeRawBufferPointer(start: vector.iov_base, count: vector.iov_len)
+                    bytes.append(contentsOf: piece.prefix(step - bytes.count))
+                }
+                return bytes
+            }
+        }
+        guard !taken.isEmpty else { break }
+        connection.consume(taken.count)
+        written.append(contentsOf: taken)
+    }
+    return written
+}
+
+@Suite("The shared backlog: one copy of every frame, a position per replica")
+struct SharedBacklogTests {
+    @Test("positions, seqs and frame ends; the resume window follows the budget; compaction keeps what readers need")
+    func backlogPositions() {
+        let backlog = Backlog(minimumActions: 2, maximumBytes: 30)
+        let first = frames(seqs: 1...5, size: 10)
+        backlog.append(first.bytes, starts: first.starts, first: 1)
+        // 50 bytes appended; the budget keeps 3 frames (30 bytes, more than the minimum of 2).
+        #expect(backlog.end == 50 && backlog.lastSeq == 5 && backlog.heldStart == 20 && backlog.count == 3)
+        #expect(backlog.position(after: 2) == 20 && backlog.position(after: 5) == 50 && backlog.position(after: 1) == nil)
+        #expect(backlog.seq(before: 20) == 2 && backlog.seq(before: 25) == 2 && backlog.seq(before: 30) == 3)
+        #expect(backlog.seq(before: 50) == 5 && backlog.seq(before: 5) == 0)
+        #expect(backlog.frameEnd(containing: 25) == 30 && backlog.frameEnd(containing: 30) == 30)
+        // A reader at 5 keeps frame 1 in memory; without it, the released frames go.
+        backlog.compact(keepingFrom: 5)
+        #expect(backlog.inMemory(5))
+        // Released bytes are freed once they are at least half the buffer (amortised).
+        backlog.compact(keepingFrom: 50)
+        #expect(backlog.inMemory(5))
+        let more = frames(seqs: 6...10, size: 10)
+        backlog.append(more.bytes, starts: more.starts, first: 6)
+        #expect(backlog.heldStart == 70)
+        backlog.compact(keepingFrom: 100)
+        #expect(!backlog.inMemory(5) && !backlog.inMemory(69) && backlog.inMemory(70))
+        #expect(backlog.withBytes(from: 70, to: 80) { Array($0) } == Array(repeating: 8, count: 10))
+        #expect(backlog.seq(before: 75) == 7 && backlog.position(after: 7) == 70)
+        // Positions keep growing across a reset.
+        backlog.reset(after: 19)
+        #expect(backlog.end == 100 && backlog.lastSeq == 19 && backlog.count == 0)
+    }
+
+    @Test("private messages go out exactly between the shared frames they were queued after, however the socket splits writes")
+    func privateMessagesInterleave() {
+        for step in [1, 3, 7, 10, 64, 1000] {
+            let backlog = Backlog(minimumActions: 100, maximumBytes: 1 << 20)
+            let connection = Connection(fd: -1, maxFrameBytes: 1 << 20)
+            connection.queue([200, 200], after: 0)          // a status reply before attaching
+            let batch1 = frames(seqs: 1...2, size: 4)
+            backlog.append(batch1.bytes, starts: batch1.starts, first: 1)
+            connection.cursor = backlog.end                 // attached after seq 2
+            connection.follows = true
+            connection.queue([201], after: backlog.end)     // its welcome
+            let batch2 = frames(seqs: 3...4, size: 4)
+            backlog.append(batch2.bytes, starts: batch2.starts, first: 3)
+            connection.queue([202, 202, 202], after: backlog.end) // a synced after seq 4
+            let batch3 = frames(seqs: 5...5, size: 4)
+            backlog.append(batch3.bytes, starts: batch3.starts, first: 5)
+            let expected: [UInt8] = [200, 200, 201] + batch2.bytes + [202, 202, 202] + batch3.bytes
+            #expect(connection.pendingBytes(end: backlog.end) == expected.count)
+            #expect(drain(connection, backlog, step: step) == expected, "step \(step)")
+            #expect(connection.cursor == backlog.end)
+        }
+    }
+
+    @Test("a replica leaving the stream half-way through a frame gets the rest of it, then only what was due before")
+    func leaveMidFrame() {
+        let backlog = Backlog(minimumActions: 100, maximumBytes: 1 << 20)
+        let connection = Connection(fd: -1, maxFrameBytes: 1 << 20)
+        connection.cursor = backlog.end
+        connection.follows = true
+        let batch = frames(seqs: 1...3, size: 6)
+        backlog.append(batch.bytes, starts: batch.starts, first: 1)
+        connection.queue([99], after: backlog.end) // promised after seq 3: never sent
+        // The socket took frame 1 and half of frame 2.
+        connection.consume(9)
+        #expect(connection.cursor == 9)
+        let cursor = connection.cursor ?? 0
+        let rest = backlog.withBytes(from: cursor, to: backlog.frameEnd(containing: cursor)) { Array($0) }
+        connection.leaveStream(carry: rest)
+        connection.queue([77], after: 0) // the error
+        #expect(drain(connection, backlog, step: 4) == Array(repeating: 2, count: 3) + [77])
+        #expect(connection.cursor == nil)
+    }
+
+    @Test("stalled replicas share one backlog: each is dropped past --max-queue-bytes with a whole stream, the reader keeps going")
+    func stalledReplicasShareOneCopy() async throws {
+        let hub = try InProcessHub(JSONApp()) { configuration in
+            configuration.maxQueuedBytesPerReplica = 256 << 10
+            configuration.backlogBytes = 64 << 10
+            configuration.retainedActions = 100
+        }
+        defer { Task { try? await hub.stop() } }
+        let stalled = try (0..<6).map { _ in try hub.fixture.attachedRawClient(name: "stalled") }
+        defer { stalled.forEach { $0.close() } }
+        let writer = try hub.fixture.attachedRawClient(name: "writer")
+        defer { writer.close() }
+        let count = 12_000
+        let payload = String(repeating: "x", count: 60)
+        var acked = 0
+        for n in 1...count {
+            try writer.send(["type": "dispatch", "id": JSON(n), "action": ["type": "set", "path": "/v", "value": .string("\(payload)\(n)")]])
+            if n % 200 == 0 {
+                // Keep the writer itself from falling behind: read its acks as it goes.
+                while acked < n - 100 {
+                    if try writer.receive()["type"] == "action" { acked += 1 }
+                }
+            }
+        }
+        while acked < count {
+            if try writer.receive()["type"] == "action" { acked += 1 }
+        }
+        // Each stalled replica gets consecutive actions from seq 1, whole, then slow-consumer.
+        for client in stalled {
+            var next: UInt64 = 1
+            var ended: JSON?
+            while let message = try client.receiveOrEOF() {
+                if message["type"] == "action" {
+                    #expect(message["seq"]?.intValue == Int(next))
+                    next += 1
+                } else if message["type"] == "error" {
+                    ended = message
+                }
+            }
+            #expect(ended?["error"]?["code"] == "slow-consumer", "\(String(describing: ended))")
+            #expect(next > 1 && next < UInt64(count))
+        }
+        // Nothing is held for them any more: the backlog's memory is its window.
+        let status = try HubStatusProbe.status(hub.fixture.socket)
+        #expect(status.seq == UInt64(count))
+        #expect(status.replicas.map { $0.name } == ["writer"])
+    }
+}
