@@ -15,6 +15,7 @@ let usage = """
       --json          One JSON object per line: {"scenario":…,"params":{…},"metrics":{…}}.
       --quick         Fewer iterations and replicas (a smoke run under 30 s; figures are noisier).
       --only PREFIX   Run only scenarios whose name starts with PREFIX (store, hub, raw, redis, …).
+      --replicas N,…  Only these replica counts for raw, redis and hub.throughput (e.g. 4 or 1,16).
       -h, --help      Print this help and exit.
 
     SCENARIOS (every figure comes with the machine; baselines are measured in the same run):
@@ -50,6 +51,7 @@ struct SyncBench {
         var only: String?
         var worker = false, socket = "", count = 0, total = 0, window = 0
         var subscriber: String?
+        var replicaCounts: [Int]?
         var hubChild: String?
         while let argument = cursor.next() {
             switch argument {
@@ -60,6 +62,7 @@ struct SyncBench {
             case "--socket": socket = cursor.next() ?? ""
             case "--count": count = Int(cursor.next() ?? "") ?? 0
             case "--total": total = Int(cursor.next() ?? "") ?? 0
+            case "--replicas": replicaCounts = (cursor.next() ?? "").split(separator: ",").compactMap { Int($0) }
             case "--window": window = Int(cursor.next() ?? "") ?? 0
             case "--raw-sub", "--redis-sub": subscriber = argument
             case "--hub-child": hubChild = cursor.next()
@@ -124,7 +127,7 @@ struct SyncBench {
             }
             if wanted("codable") || wanted("handwritten") { codableApply(quick: quick).forEach(report) }
             if wanted("baseline.socket") { report(try socketBaseline(frames: quick ? 100_000 : 2_000_000)) }
-            let fanOuts = quick ? [4, 64] : [1, 4, 16, 64]
+            let fanOuts = replicaCounts ?? (quick ? [4, 64] : [1, 4, 16, 64])
             for replicas in fanOuts {
                 if wanted("raw") {
                     report(try rawThroughput(replicas: replicas, frames: (quick ? 200_000 : 2_000_000) / max(1, replicas / 4)))
@@ -139,18 +142,22 @@ struct SyncBench {
             }
             var peak = 100_000.0
             if wanted("hub") {
-                for replicas in fanOuts {
+                for replicas in fanOuts where wanted("hub.throughput") {
                     let actions = (quick ? 20_000 : 200_000) / max(1, replicas / 8)
                     let result = try hubThroughput(replicas: replicas, actions: actions)
                     if replicas == 4, let measured = result.metrics.first?.1 { peak = measured }
                     report(result)
                 }
-                report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, fsync: .batch))
-                report(try hubThroughput(replicas: 4, actions: quick ? 2_000 : 20_000, fsync: .always))
-                report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, stalled: 1))
-                report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000, loadRate: 0, label: "unloaded"))
-                report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000, loadRate: peak / 2, label: "50%"))
-                try hubRSS(actions: quick ? 100_000 : 1_000_000).forEach(report)
+                if wanted("hub.throughput"), replicaCounts == nil {
+                    report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, fsync: .batch))
+                    report(try hubThroughput(replicas: 4, actions: quick ? 2_000 : 20_000, fsync: .always))
+                    report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, stalled: 1))
+                }
+                if wanted("hub.latency") {
+                    report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000, loadRate: 0, label: "unloaded"))
+                    report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000, loadRate: peak / 2, label: "50%"))
+                }
+                if wanted("hub.rss") { try hubRSS(actions: quick ? 100_000 : 1_000_000).forEach(report) }
             }
             if wanted("hydrate") { report(try hydrate(stateBytes: 1 << 20)) }
             if wanted("resume") { report(try resume(actions: 10_000)) }

@@ -40,6 +40,10 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     @usableFromInline let drain: Mutex<DrainContext>
     /// The thread that holds `drain`, or 0.
     @usableFromInline let owner = Atomic<UInt>(0)
+    /// Whether re-entrant dispatches may be waiting in `core.queue`. Only the thread holding
+    /// `drain` queues (a re-entrant dispatch) and drains, so relaxed ordering suffices; it
+    /// spares the lock per action when nothing was queued.
+    @usableFromInline let queued = Atomic<Bool>(false)
     @usableFromInline let registrar = ObservationRegistrar()
     /// `\.state`, built once: a key path into a generic class is instantiated at run time,
     /// which costs microseconds, and the registrar needs it on every dispatch.
@@ -236,6 +240,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
         let me = currentThreadID()
         if owner.load(ordering: .relaxed) == me {
             core.withLock { $0.queue.append(.input(input)) }
+            queued.store(true, ordering: .relaxed)
             return
         }
         drain.withLock { context in
@@ -276,6 +281,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
         let me = currentThreadID()
         if owner.load(ordering: .relaxed) == me {
             core.withLock { $0.queue.append(.received(action)) }
+            queued.store(true, ordering: .relaxed)
             return
         }
         try drain.withLock { (context: inout DrainContext) throws(R.Failure) -> Void in
@@ -360,6 +366,8 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     ///
     /// - Parameter chain: The enhancer chain, read from `drain`'s value by the caller.
     @inlinable func drainQueue(_ chain: Dispatch?) {
+        guard queued.load(ordering: .relaxed) else { return }
+        queued.store(false, ordering: .relaxed)
         while let next = core.withLock({ $0.popPending() }) {
             switch next {
             case .input(let input):

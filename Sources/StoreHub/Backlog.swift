@@ -1,66 +1,101 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The hub's one copy of the sequenced `action` frames: every attached replica reads it at a
 /// position of its own, and replicas that resume are served from it.
 ///
 /// Like Redis's replication backlog, memory is O(backlog), not O(replicas × backlog): a frame
-/// is encoded once, appended here once, and written to each socket straight from this buffer.
+/// is encoded once, appended here once, and written to each socket straight from this memory.
 ///
 /// Positions are absolute byte offsets in the stream of every frame ever appended (they only
-/// grow, so a reader's position stays valid while the buffer is compacted). The backlog keeps
-/// at least `minimumActions` frames, and more while they fit in `maximumBytes`; a reader whose
-/// position falls before ``heldStart`` keeps the bytes it still needs in memory, up to the
-/// hub's per-replica limit (`--max-queue-bytes`); past it, the event loop detaches it, and it
-/// comes back by resuming or re-attaching.
+/// grow, so a reader's position stays valid while old memory is freed). The bytes live in
+/// blocks of ``blockBytes`` (a frame never straddles two), so freeing the oldest frames frees
+/// whole blocks: no copying, no buffer that doubles. The backlog keeps at least
+/// `minimumActions` frames, and more while they fit in `maximumBytes` (the resume window); a
+/// reader whose position falls before the window keeps the bytes it still needs in memory, up
+/// to the hub's per-replica limit (`--max-queue-bytes`); past it, the event loop detaches it,
+/// and it comes back by resuming or re-attaching.
 ///
 /// Owned by the ``Sequencer`` (which appends) and read by the ``HubLoop`` (which writes),
 /// both on the event-loop thread.
 final class Backlog {
-    /// The bytes from absolute position `base` on (`bytes[0]` is at `base`).
-    private var bytes: [UInt8] = []
-    private var base: UInt64 = 0
+    /// One block of frames: its memory never moves, so a gathered write can point into it.
+    private final class Block {
+        /// The absolute position of the first byte.
+        let start: UInt64
+        let memory: UnsafeMutableRawBufferPointer
+        var count = 0
+
+        init(start: UInt64, capacity: Int) {
+            self.start = start
+            self.memory = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
+        }
+
+        deinit { memory.deallocate() }
+
+        var end: UInt64 { start + UInt64(count) }
+        var room: Int { memory.count - count }
+    }
+
+    /// The blocks in memory, oldest first; contiguous in positions.
+    private var blocks: [Block] = []
+    /// The absolute position just past the newest byte.
+    private(set) var end: UInt64 = 0
     /// `offsets[i]` is the absolute position where the frame of seq `firstSeq + i - head` starts.
     private var offsets: [UInt64] = []
-    /// The seq of `offsets[head]`, the oldest frame still held.
+    /// The seq of `offsets[head]`, the oldest frame in the window.
     private var firstSeq: UInt64 = 1
     private var head = 0
     /// The least number of frames held, whatever their size.
     let minimumActions: Int
     /// The most bytes held once `minimumActions` frames are.
     let maximumBytes: Int
+    /// The size of a block (a larger frame gets a block of its own size).
+    let blockBytes: Int
 
     /// Creates an empty backlog.
     ///
     /// - Parameters:
     ///   - minimumActions: The least number of frames held.
     ///   - maximumBytes: The byte budget beyond that minimum.
-    init(minimumActions: Int, maximumBytes: Int) {
+    ///   - blockBytes: The size of each block of memory (default 1 MiB).
+    init(minimumActions: Int, maximumBytes: Int, blockBytes: Int = 1 << 20) {
         self.minimumActions = max(0, minimumActions)
         self.maximumBytes = max(0, maximumBytes)
+        self.blockBytes = max(1, blockBytes)
     }
 
-    /// The number of frames held.
+    /// The number of frames in the resume window.
     var count: Int { offsets.count - head }
     /// The seq of the newest frame held (or `firstSeq - 1` when empty).
     var lastSeq: UInt64 { firstSeq + UInt64(count) - 1 }
-    /// The absolute position just past the newest byte: where the next frame will start.
-    var end: UInt64 { base + UInt64(bytes.count) }
-    /// The absolute position of the oldest frame held (``end`` when none is held).
+    /// The absolute position of the oldest frame in the window (``end`` when none is).
     var heldStart: UInt64 { count == 0 ? end : offsets[head] }
-    /// Bytes held.
+    /// Bytes in the window.
     var byteCount: Int { Int(end - heldStart) }
+    /// The oldest position still in memory.
+    private var base: UInt64 { blocks.first?.start ?? end }
+    /// Bytes of memory the blocks take (for tests and monitoring).
+    var residentBytes: Int { blocks.reduce(0) { $0 + $1.memory.count } }
 
     /// Starts the backlog after `seq` (nothing held), e.g. after recovery without journal records.
     ///
     /// Positions keep growing: a reader at the old ``end`` is still at the end.
     func reset(after seq: UInt64) {
-        base = end
-        bytes.removeAll()
+        blocks.removeAll()
         offsets.removeAll()
         head = 0
         firstSeq = seq + 1
     }
 
-    /// Adds frames for consecutive seqs starting at `first`, then lets the oldest go past the
-    /// budget (they stay in memory for readers still writing them, until ``compact(keepingFrom:)``).
+    /// Adds frames for consecutive seqs starting at `first`, then lets the oldest leave the
+    /// window past the budget (their memory is freed by ``compact(keepingFrom:)`` once no
+    /// reader needs it).
     ///
     /// - Parameters:
     ///   - frames: The frames, back to back.
@@ -72,29 +107,44 @@ final class Backlog {
             // Empty, or not contiguous (cannot happen: the sequencer appends in order).
             reset(after: first - 1)
         }
-        let at = end
-        bytes.append(contentsOf: frames)
-        for start in starts { offsets.append(at + UInt64(start)) }
+        frames.withUnsafeBytes { source in
+            for (index, start) in starts.enumerated() {
+                let stop = index + 1 < starts.count ? starts[index + 1] : source.count
+                let length = stop - start
+                if blocks.last.map({ $0.room < length }) ?? true {
+                    blocks.append(Block(start: end, capacity: max(blockBytes, length)))
+                }
+                let block = blocks[blocks.count - 1]
+                if length > 0, let from = source.baseAddress, let into = block.memory.baseAddress {
+                    (into + block.count).copyMemory(from: from + start, byteCount: length)
+                }
+                block.count += length
+                offsets.append(end)
+                end += UInt64(length)
+            }
+        }
         while count > minimumActions, byteCount > maximumBytes {
             head += 1
             firstSeq += 1
         }
     }
 
-    /// Frees the memory before `position` (at most ``heldStart``), once it is at least half
-    /// the buffer (amortised O(1) per byte).
+    /// Frees the blocks wholly before `position` (and before the window).
     ///
     /// - Parameter position: The oldest position a reader still needs.
     func compact(keepingFrom position: UInt64) {
-        // Cut at the start of the frame holding the oldest needed byte, so every byte in
-        // memory belongs to a frame whose start is known.
-        guard let index = frameIndex(containing: min(position, heldStart)) else { return }
-        let cut = Int(offsets[index] - base)
-        guard cut > 0, cut * 2 >= bytes.count else { return }
-        bytes.removeSubrange(0..<cut)
-        offsets.removeSubrange(0..<index)
-        head -= index
-        base += UInt64(cut)
+        let keep = min(position, heldStart)
+        var drop = 0
+        while drop < blocks.count - 1, blocks[drop].end <= keep { drop += 1 }
+        if drop > 0 { blocks.removeFirst(drop) }
+        // Forget the offsets of frames no longer in memory, once they are half the array.
+        let base = self.base
+        var gone = 0
+        while gone < head, offsets[gone] < base { gone += 1 }
+        if gone > 0, gone * 2 >= offsets.count {
+            offsets.removeFirst(gone)
+            head -= gone
+        }
     }
 
     /// Whether every frame after `seq` is held (true when `seq` is the newest).
@@ -111,14 +161,14 @@ final class Backlog {
     }
 
     /// The end of the frame that contains `position` (`position` itself at a frame boundary
-    /// or outside the held frames).
+    /// or outside the frames whose offsets are known).
     func frameEnd(containing position: UInt64) -> UInt64 {
         guard let index = frameIndex(containing: position), offsets[index] != position else { return position }
         return index + 1 < offsets.count ? offsets[index + 1] : end
     }
 
-    /// The seq of the newest frame wholly before `position` (`firstSeq - 1` when none is held
-    /// there). Positions at or past ``end`` give ``lastSeq``.
+    /// The seq of the newest frame wholly before `position`. Positions at or past ``end``
+    /// give ``lastSeq``.
     func seq(before position: UInt64) -> UInt64 {
         if position >= end { return lastSeq }
         // Whether `position` starts frame k or lies inside it, frame k - 1 is the last whole one.
@@ -126,8 +176,8 @@ final class Backlog {
         return firstSeq + UInt64(index) - UInt64(head) - 1
     }
 
-    /// The index in `offsets` of the last frame starting at or before `position` (including
-    /// released frames still in memory), or `nil` when `position` precedes them all.
+    /// The index in `offsets` of the last frame starting at or before `position`, or `nil`
+    /// when `position` precedes them all.
     private func frameIndex(containing position: UInt64) -> Int? {
         var low = 0, high = offsets.count
         while low < high {
@@ -137,18 +187,49 @@ final class Backlog {
         return low == 0 ? nil : low - 1
     }
 
-    /// Calls `body` with the held or released bytes from `from` to `to` (absolute positions
-    /// still in memory).
-    func withBytes<R>(from: UInt64, to: UInt64, _ body: (UnsafeRawBufferPointer) -> R) -> R {
-        let lower = Int(from - base), upper = Int(to - base)
-        return bytes.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[lower..<upper])) }
-    }
-
-    /// Calls `body` with every byte in memory and the absolute position of the first.
-    func withStream<R>(_ body: (UnsafeRawBufferPointer, UInt64) -> R) -> R {
-        bytes.withUnsafeBytes { body($0, base) }
-    }
-
-    /// Whether the bytes at `position` are still in memory (held, or released and not yet compacted).
+    /// Whether the bytes at `position` are still in memory.
     func inMemory(_ position: UInt64) -> Bool { position >= base && position <= end }
+
+    /// Appends buffers for the bytes from `from` to `to` (positions in memory) to `vectors`,
+    /// at most `limit` buffers in all. The memory stays valid until the next ``compact(keepingFrom:)``
+    /// or ``reset(after:)``.
+    ///
+    /// - Returns: The position the buffers reach (`to`, or less when `limit` ran out).
+    func gather(from: UInt64, to: UInt64, into vectors: inout [iovec], limit: Int) -> UInt64 {
+        guard from < to, inMemory(from), let first = blockIndex(containing: from) else { return from }
+        var position = from
+        var index = first
+        while position < to, index < blocks.count, vectors.count < limit {
+            let block = blocks[index]
+            let upper = min(to, block.end)
+            if upper > position, let start = block.memory.baseAddress {
+                vectors.append(iovec(iov_base: start + Int(position - block.start), iov_len: Int(upper - position)))
+                position = upper
+            }
+            index += 1
+        }
+        return position
+    }
+
+    /// A copy of the bytes from `from` to `to` (positions in memory).
+    func copy(from: UInt64, to: UInt64) -> [UInt8] {
+        var vectors: [iovec] = []
+        _ = gather(from: from, to: to, into: &vectors, limit: Int.max)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(Int(to - from))
+        for vector in vectors {
+            bytes.append(contentsOf: UnsafeRawBufferPointer(start: vector.iov_base, count: vector.iov_len))
+        }
+        return bytes
+    }
+
+    /// The index of the block holding `position` (the last block for ``end``).
+    private func blockIndex(containing position: UInt64) -> Int? {
+        var low = 0, high = blocks.count
+        while low < high {
+            let middle = (low + high) / 2
+            if blocks[middle].start <= position { low = middle + 1 } else { high = middle }
+        }
+        return low == 0 ? nil : low - 1
+    }
 }

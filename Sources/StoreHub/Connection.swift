@@ -124,22 +124,17 @@ final class Connection {
     }
 
     /// Calls `body` with what is owed, in order, as at most `maxPieces` buffers: shared
-    /// ranges taken from `stream` (the backlog's bytes from position `streamBase`) and
-    /// private bytes. Shared ranges no longer in `stream` end the list.
-    func withOutput<R>(end: UInt64, stream: UnsafeRawBufferPointer, streamBase: UInt64, maxPieces: Int,
-                       _ body: (UnsafeBufferPointer<iovec>) -> R) -> R {
-        out.withUnsafeBytes { privateBytes in
+    /// ranges pointing into `backlog` and private bytes. A shared range no longer in memory
+    /// ends the list.
+    func withOutput<R>(backlog: Backlog, maxPieces: Int, _ body: (UnsafeBufferPointer<iovec>) -> R) -> R {
+        let end = backlog.end
+        return out.withUnsafeBytes { privateBytes in
             var vectors: [iovec] = []
             vectors.reserveCapacity(4)
             var position = cursor
             var stopped = false
             func addShared(_ from: UInt64, _ to: UInt64) {
-                guard from >= streamBase, to <= streamBase + UInt64(stream.count), let base = stream.baseAddress else {
-                    stopped = true
-                    return
-                }
-                vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: base + Int(from - streamBase)),
-                                     iov_len: Int(to - from)))
+                if backlog.gather(from: from, to: to, into: &vectors, limit: maxPieces) < to { stopped = true }
             }
             var index = gateHead
             while index < gates.count, !stopped, vectors.count < maxPieces {

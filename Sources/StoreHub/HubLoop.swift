@@ -406,7 +406,7 @@ final class HubLoop {
         if let cursor = connection.cursor {
             let frameEnd = backlog.frameEnd(containing: cursor)
             if frameEnd > cursor, backlog.inMemory(cursor) {
-                carry = backlog.withBytes(from: cursor, to: frameEnd) { Array($0) }
+                carry = backlog.copy(from: cursor, to: frameEnd)
             }
         }
         connection.leaveStream(carry: carry)
@@ -434,11 +434,8 @@ final class HubLoop {
     /// Writes as much of what a connection is owed as its socket takes, in one system call
     /// (shared frames straight from the backlog, private messages from the connection).
     private func write(_ connection: Connection) {
-        let end = backlog.end
-        let result = backlog.withStream { stream, base in
-            connection.withOutput(end: end, stream: stream, streamBase: base, maxPieces: Self.piecesPerWrite) { vectors in
-                vectors.isEmpty ? UnixSocket.IOResult.bytes(0) : UnixSocket.write(connection.fd, gathering: vectors)
-            }
+        let result = connection.withOutput(backlog: backlog, maxPieces: Self.piecesPerWrite) { vectors in
+            vectors.isEmpty ? UnixSocket.IOResult.bytes(0) : UnixSocket.write(connection.fd, gathering: vectors)
         }
         switch result {
         case .bytes(let count):

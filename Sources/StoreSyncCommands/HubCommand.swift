@@ -121,9 +121,11 @@ public enum HubCommand {
                                      a larger dispatch themselves; a client that sends a longer frame
                                      gets error frame-too-large and is closed. An action whose
                                      canonical form no longer fits one frame is rejected on its own.
-              --max-queue-bytes N    The most bytes queued for one replica that is not reading
+              --max-queue-bytes N    How far one replica may fall behind, in bytes owed to it
                                      (default 67108864); past it that replica is dropped so it never
-                                     holds back the others.
+                                     holds back the others. Sequenced frames are held once, in a
+                                     backlog all replicas share, so memory does not grow with the
+                                     number of replicas.
               --list-apps            Print the apps with their fingerprints and exit.
               -h, --help             Print this help and exit.
 

@@ -37,7 +37,7 @@ extension JSON {
             if a.isFinite && b.isFinite { return a == b }
             return !a.isFinite && !b.isFinite
         case (.number(let a), .null), (.null, .number(let a)): return !a.isFinite
-        case (.string(let a), .string(let b)): return a.utf8.elementsEqual(b.utf8)
+        case (.string(let a), .string(let b)): return JSONKey.sameScalars(a, b)
         case (.array(let a), .array(let b)): return a == b
         case (.object(let a), .object(let b)): return a == b
         default: return false
@@ -98,7 +98,22 @@ public struct JSONKey: Hashable, Sendable, Comparable, ExpressibleByStringLitera
 
     /// Whether two names have the same Unicode scalars.
     @inlinable public static func == (lhs: JSONKey, rhs: JSONKey) -> Bool {
-        lhs.string.utf8.elementsEqual(rhs.string.utf8)
+        sameScalars(lhs.string, rhs.string)
+    }
+
+    /// Whether two strings have the same Unicode scalars (the same UTF-8 bytes), never
+    /// Swift's canonical equivalence. Compares the bytes in place when both are contiguous.
+    @inlinable package static func sameScalars(_ a: String, _ b: String) -> Bool {
+        let left = a.utf8, right = b.utf8
+        guard left.count == right.count else { return false }
+        let compared: Bool?? = left.withContiguousStorageIfAvailable { l in
+            right.withContiguousStorageIfAvailable { r in
+                for index in 0..<l.count where l[index] != r[index] { return false }
+                return true
+            }
+        }
+        if let compared, let compared { return compared }
+        return left.elementsEqual(right)
     }
 
     /// Orders names as RFC 8785 sorts members: by their UTF-16 code units.

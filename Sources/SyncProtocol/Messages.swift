@@ -43,7 +43,7 @@ public enum DispatchID: Sendable, Hashable, CustomStringConvertible {
     public static func == (lhs: DispatchID, rhs: DispatchID) -> Bool {
         switch (lhs, rhs) {
         case (.number(let a), .number(let b)): a == b
-        case (.string(let a), .string(let b)): a.utf8.elementsEqual(b.utf8)
+        case (.string(let a), .string(let b)): JSONKey.sameScalars(a, b)
         default: false
         }
     }

@@ -4,6 +4,11 @@ import Foundation
 import SyncCore
 import SyncPOSIX
 import Testing
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// `n` frames of `size` bytes each whose bytes all equal their seq (mod 256), back to back.
 private func frames(seqs: ClosedRange<UInt64>, size: Int) -> (bytes: [UInt8], starts: [Int]) {
@@ -21,15 +26,13 @@ private func frames(seqs: ClosedRange<UInt64>, size: Int) -> (bytes: [UInt8], st
 private func drain(_ connection: Connection, _ backlog: Backlog, step: Int) -> [UInt8] {
     var written: [UInt8] = []
     while connection.pendingBytes(end: backlog.end) > 0 {
-        let taken: [UInt8] = backlog.withStream { stream, base in
-            connection.withOutput(end: backlog.end, stream: stream, streamBase: base, maxPieces: 3) { vectors in
-                var bytes: [UInt8] = []
-                for vector in vectors where bytes.count < step {
-                    let piece = UnsafeRawBufferPointer(start: vector.iov_base, count: vector.iov_len)
-                    bytes.append(contentsOf: piece.prefix(step - bytes.count))
-                }
-                return bytes
+        let taken: [UInt8] = connection.withOutput(backlog: backlog, maxPieces: 3) { vectors in
+            var bytes: [UInt8] = []
+            for vector in vectors where bytes.count < step {
+                let piece = UnsafeRawBufferPointer(start: vector.iov_base, count: vector.iov_len)
+                bytes.append(contentsOf: piece.prefix(step - bytes.count))
             }
+            return bytes
         }
         guard !taken.isEmpty else { break }
         connection.consume(taken.count)
@@ -42,7 +45,8 @@ private func drain(_ connection: Connection, _ backlog: Backlog, step: Int) -> [
 struct SharedBacklogTests {
     @Test("positions, seqs and frame ends; the resume window follows the budget; compaction keeps what readers need")
     func backlogPositions() {
-        let backlog = Backlog(minimumActions: 2, maximumBytes: 30)
+        // Blocks of 25 bytes: two 10-byte frames each (a frame never straddles two blocks).
+        let backlog = Backlog(minimumActions: 2, maximumBytes: 30, blockBytes: 25)
         let first = frames(seqs: 1...5, size: 10)
         backlog.append(first.bytes, starts: first.starts, first: 1)
         // 50 bytes appended; the budget keeps 3 frames (30 bytes, more than the minimum of 2).
@@ -51,22 +55,29 @@ struct SharedBacklogTests {
         #expect(backlog.seq(before: 20) == 2 && backlog.seq(before: 25) == 2 && backlog.seq(before: 30) == 3)
         #expect(backlog.seq(before: 50) == 5 && backlog.seq(before: 5) == 0)
         #expect(backlog.frameEnd(containing: 25) == 30 && backlog.frameEnd(containing: 30) == 30)
-        // A reader at 5 keeps frame 1 in memory; without it, the released frames go.
+        #expect(backlog.residentBytes == 75)
+        // A reader at 5 keeps frame 1's block in memory; without it, whole blocks before the window go.
         backlog.compact(keepingFrom: 5)
-        #expect(backlog.inMemory(5))
-        // Released bytes are freed once they are at least half the buffer (amortised).
+        #expect(backlog.inMemory(5) && backlog.residentBytes == 75)
         backlog.compact(keepingFrom: 50)
-        #expect(backlog.inMemory(5))
-        let more = frames(seqs: 6...10, size: 10)
-        backlog.append(more.bytes, starts: more.starts, first: 6)
-        #expect(backlog.heldStart == 70)
-        backlog.compact(keepingFrom: 100)
-        #expect(!backlog.inMemory(5) && !backlog.inMemory(69) && backlog.inMemory(70))
-        #expect(backlog.withBytes(from: 70, to: 80) { Array($0) } == Array(repeating: 8, count: 10))
-        #expect(backlog.seq(before: 75) == 7 && backlog.position(after: 7) == 70)
+        #expect(!backlog.inMemory(5) && !backlog.inMemory(19) && backlog.inMemory(20) && backlog.residentBytes == 50)
+        #expect(backlog.copy(from: 20, to: 30) == Array(repeating: 3, count: 10))
+        // A range across blocks is gathered as one buffer per block.
+        var vectors: [iovec] = []
+        #expect(backlog.gather(from: 25, to: 50, into: &vectors, limit: 8) == 50 && vectors.count == 2)
+        #expect(backlog.copy(from: 25, to: 45) == Array(repeating: 3, count: 5) + Array(repeating: 4, count: 10) + Array(repeating: 5, count: 5))
+        // Many frames later, memory stays at the window plus one block.
+        for seq in stride(from: UInt64(6), through: 1_000, by: 1) {
+            let one = frames(seqs: seq...seq, size: 10)
+            backlog.append(one.bytes, starts: one.starts, first: seq)
+            backlog.compact(keepingFrom: backlog.end)
+        }
+        #expect(backlog.lastSeq == 1_000 && backlog.residentBytes <= 30 + 2 * 25)
+        #expect(backlog.position(after: 997) == backlog.end - 30 && backlog.seq(before: backlog.end - 15) == 998)
         // Positions keep growing across a reset.
-        backlog.reset(after: 19)
-        #expect(backlog.end == 100 && backlog.lastSeq == 19 && backlog.count == 0)
+        let end = backlog.end
+        backlog.reset(after: 1_009)
+        #expect(backlog.end == end && backlog.lastSeq == 1_009 && backlog.count == 0)
     }
 
     @Test("private messages go out exactly between the shared frames they were queued after, however the socket splits writes")
@@ -105,7 +116,7 @@ struct SharedBacklogTests {
         connection.consume(9)
         #expect(connection.cursor == 9)
         let cursor = connection.cursor ?? 0
-        let rest = backlog.withBytes(from: cursor, to: backlog.frameEnd(containing: cursor)) { Array($0) }
+        let rest = backlog.copy(from: cursor, to: backlog.frameEnd(containing: cursor))
         connection.leaveStream(carry: rest)
         connection.queue([77], after: 0) // the error
         #expect(drain(connection, backlog, step: 4) == Array(repeating: 2, count: 3) + [77])
