@@ -389,14 +389,18 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
 
     /// Applies one action with the reducer, records it, and notifies. Caller holds `drain`.
     @inlinable func applyThrowing(_ action: Action) throws(R.Failure) {
-        let (state, subscribers) = try withStateMutation { () throws(R.Failure) -> (State, [Subscriber]) in
-            try core.withLock { (core: inout Core) throws(R.Failure) -> (State, [Subscriber]) in
+        // No tuple crosses the lock: where this runs unspecialised (a generic caller in another
+        // module), a tuple of generic types costs a locked run-time metadata look-up per action.
+        var state: State?
+        let subscribers = try withStateMutation { () throws(R.Failure) -> [Subscriber] in
+            try core.withLock { (core: inout Core) throws(R.Failure) -> [Subscriber] in
                 try reducer.reduce(into: &core.state, action: action)
                 core.history?.record(action, state: core.state)
-                return (core.state, core.subscribers)
+                if !core.subscribers.isEmpty { state = core.state }
+                return core.subscribers
             }
         }
-        notify(subscribers, state)
+        if let state { notify(subscribers, state) }
     }
 
     @inlinable func notify(_ subscribers: [Subscriber], _ state: State) {

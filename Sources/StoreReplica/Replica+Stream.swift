@@ -54,13 +54,16 @@ extension Replica {
                 return .diverged("this replica's reducer refused sequenced action \(seq): \(app.describe(error))")
             }
             lastSeq.store(seq, ordering: .releasing)
-            let (ack, observers) = shared.withLock { shared -> (CheckedContinuation<UInt64, any Error>?, [Observer]) in
+            // No tuple crosses the lock: this generic code runs unspecialised, where a tuple of
+            // generic types costs a locked run-time metadata look-up per action.
+            var ack: CheckedContinuation<UInt64, any Error>?
+            let observers = shared.withLock { shared -> [Observer] in
                 // Ours if this replica held that id in this history (a resume replays actions
                 // dispatched over an earlier connection, under its earlier replica id).
-                guard shared.ownReplicas.contains(origin), shared.pending.removeValue(forKey: id) != nil else {
-                    return (nil, shared.observers)
+                if shared.ownReplicas.contains(origin), shared.pending.removeValue(forKey: id) != nil {
+                    ack = shared.acks.removeValue(forKey: id)
                 }
-                return (shared.acks.removeValue(forKey: id), shared.observers)
+                return shared.observers
             }
             ack?.resume(returning: seq)
             let event = ReplicaEvent<App.Action>.action(seq: seq, origin: origin, id: id, action: action, json: json)

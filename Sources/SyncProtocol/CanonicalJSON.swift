@@ -133,13 +133,9 @@ enum _JSONWriter {
 
     /// Whether `lhs` sorts before `rhs` when both are compared as sequences of UTF-16 code units.
     static func utf16Precedes(_ lhs: String, _ rhs: String) -> Bool {
-        let fast: Bool?? = lhs.utf8.withContiguousStorageIfAvailable { left in
-            rhs.utf8.withContiguousStorageIfAvailable { right in
-                utf16Precedes(utf8: left, right)
-            }
-        }
-        if let outer = fast, let result = outer { return result }
-        return lhs.utf16.lexicographicallyPrecedes(rhs.utf16)
+        // `withUTF8` reaches small (inline) strings too; it copies only non-UTF-8 storage.
+        var left = lhs, right = rhs
+        return left.withUTF8 { l in right.withUTF8 { r in utf16Precedes(utf8: l, r) } }
     }
 
     /// UTF-16 order on valid UTF-8: UTF-8 byte order is scalar order, which agrees with UTF-16
@@ -166,13 +162,9 @@ enum _JSONWriter {
     /// Writes `text` as a quoted JSON string with the RFC 8785 escapes.
     static func writeString(_ text: String, into buffer: inout [UInt8]) {
         buffer.append(UInt8(ascii: "\""))
-        let done: Void? = text.utf8.withContiguousStorageIfAvailable { bytes in
-            writeEscaped(bytes, into: &buffer)
-        }
-        if done == nil {
-            let bytes = Array(text.utf8)
-            bytes.withUnsafeBufferPointer { writeEscaped($0, into: &buffer) }
-        }
+        // `withUTF8` reaches small (inline) strings too; it copies only non-UTF-8 storage.
+        var text = text
+        text.withUTF8 { bytes in writeEscaped(bytes, into: &buffer) }
         buffer.append(UInt8(ascii: "\""))
     }
 

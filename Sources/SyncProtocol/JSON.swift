@@ -104,16 +104,16 @@ public struct JSONKey: Hashable, Sendable, Comparable, ExpressibleByStringLitera
     /// Whether two strings have the same Unicode scalars (the same UTF-8 bytes), never
     /// Swift's canonical equivalence. Compares the bytes in place when both are contiguous.
     @inlinable package static func sameScalars(_ a: String, _ b: String) -> Bool {
-        let left = a.utf8, right = b.utf8
-        guard left.count == right.count else { return false }
-        let compared: Bool?? = left.withContiguousStorageIfAvailable { l in
-            right.withContiguousStorageIfAvailable { r in
+        guard a.utf8.count == b.utf8.count else { return false }
+        // `withUTF8` reaches small (inline) strings too, which `withContiguousStorageIfAvailable`
+        // does not; it copies only a string that is not UTF-8 in memory (a bridged one).
+        var left = a, right = b
+        return left.withUTF8 { l in
+            right.withUTF8 { r in
                 for index in 0..<l.count where l[index] != r[index] { return false }
                 return true
             }
         }
-        if let compared, let compared { return compared }
-        return left.elementsEqual(right)
     }
 
     /// Orders names as RFC 8785 sorts members: by their UTF-16 code units.
