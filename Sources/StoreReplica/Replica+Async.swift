@@ -22,6 +22,7 @@ extension Replica {
     ///   - onDispatchFailure: Receives fire-and-forget dispatches that could not be sent.
     /// - Returns: The attached replica (reading, unless `startReading` is `false`).
     /// - Throws: ``ReplicaError``: no hub, a refusal (`app-mismatch`, …), or no welcome in time.
+    @inlinable
     public static func attach(
         app: App,
         socketPath: String? = nil,
@@ -32,6 +33,20 @@ extension Replica {
         startReading: Bool = true,
         timeout: Duration,
         onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
+    ) async throws(ReplicaError) -> Replica {
+        // `@inlinable` for the same reason as the synchronous `attach`: the reader's per-action
+        // path is specialised for `App` where this is called.
+        try await attachAsync(app: app, socketPath: socketPath, name: name, middleware: middleware, reconnect: reconnect,
+                              session: session, startReading: startReading, timeout: timeout,
+                              onDispatchFailure: onDispatchFailure, frameHandler: specializedFrameHandler)
+    }
+
+    /// The async `attach` with the reader's frame handler.
+    @usableFromInline
+    static func attachAsync(
+        app: App, socketPath: String?, name: String?, middleware: [Middleware<App.State, App.Action>],
+        reconnect: ReconnectPolicy, session: String?, startReading: Bool, timeout: Duration,
+        onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?, frameHandler: @escaping FrameHandler
     ) async throws(ReplicaError) -> Replica {
         let path = SocketPath.resolve(explicit: socketPath)
         let (seconds, attoseconds) = timeout.components
@@ -46,7 +61,7 @@ extension Replica {
                     continuation.resume(returning: .success(try attach(
                         app: app, over: connection, name: name, middleware: middleware, startReading: startReading,
                         reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: milliseconds,
-                        onDispatchFailure: onDispatchFailure)))
+                        onDispatchFailure: onDispatchFailure, frameHandler: frameHandler)))
                 } catch {
                     continuation.resume(returning: .failure(error))
                 }

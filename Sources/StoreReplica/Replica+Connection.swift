@@ -31,7 +31,7 @@ extension Replica {
         defer { buffer.deallocate() }
         while true {
             var resumeSynced = false
-            if let failure = handleFrames(&decoder, resumeSynced: &resumeSynced) { return failure }
+            if let failure = frameHandler(self, &decoder, &resumeSynced) { return failure }
             if resumeSynced { completeResume() }
             switch UnixSocket.read(upstream.fd, into: buffer) {
             case .bytes(let count):
@@ -199,7 +199,7 @@ extension Replica {
     }
 
     /// The `sync` id that marks the end of a resume's replay.
-    static var resumeSyncID: DispatchID { .string("storesync-resume") }
+    @usableFromInline static var resumeSyncID: DispatchID { .string("storesync-resume") }
 
     /// After a resume's replay (its `sync` came back): re-sends what is still pending and
     /// reports the link as back.

@@ -1,4 +1,5 @@
 import SyncCore
+import Synchronization
 
 extension Replica {
     /// Handles every complete frame buffered in `decoder`, applying actions in one hold of
@@ -7,6 +8,7 @@ extension Replica {
     /// - Parameters:
     ///   - decoder: The connection's frames.
     ///   - resumeSynced: Set when the `sync` that ends a resume's replay came back.
+    @inlinable
     func handleFrames(_ decoder: inout FrameDecoder, resumeSynced: inout Bool) -> ReplicaError? {
         var failure: ReplicaError?
         store.receiveBatch { apply in
@@ -25,7 +27,8 @@ extension Replica {
     }
 
     /// Handles one frame from the hub; returns a reason to stop, or `nil` to go on.
-    private func handle(_ frame: UnsafeRawBufferPointer, apply: (App.Action) throws(App.Failure) -> Void,
+    @inlinable
+    func handle(_ frame: UnsafeRawBufferPointer, apply: (App.Action) throws(App.Failure) -> Void,
                         resumeSynced: inout Bool) -> ReplicaError? {
         let message: HubMessage
         do {

@@ -87,23 +87,31 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     let link: UpstreamHolder
     /// Bytes read past the welcome; taken by the reader when it starts.
     let pendingDecoder: Mutex<FrameDecoder?>
-    let shared: Mutex<Shared>
-    let lastSeq: Atomic<UInt64>
+    @usableFromInline let shared: Mutex<Shared>
+    @usableFromInline let lastSeq: Atomic<UInt64>
+    /// Applies what one read brought: ``handleFrames(_:resumeSynced:)`` compiled for the app
+    /// in the module that attached (see ``attach(app:socketPath:name:middleware:startReading:reconnect:session:onDispatchFailure:)``).
+    let frameHandler: FrameHandler
     let currentReplica: Atomic<Int>
     /// Wakes a reconnection backoff early (on ``close()``).
     let wakeReconnect = DispatchSemaphore(value: 0)
     /// Observation of ``linkState``.
     let registrar = ObservationRegistrar()
 
-    /// An event observer and its registration id.
-    typealias Observer = (id: Int, callback: @Sendable (ReplicaEvent<App.Action>) -> Void)
+    /// An event observer and its registration id. A struct, not a tuple: the reader reads the
+    /// list for every action, and a tuple of generic types costs a locked run-time metadata
+    /// look-up each time it is used in unspecialised code.
+    @usableFromInline struct Observer: Sendable {
+        @usableFromInline let id: Int
+        @usableFromInline let callback: @Sendable (ReplicaEvent<App.Action>) -> Void
+    }
 
-    struct Shared {
-        var acks: [DispatchID: CheckedContinuation<UInt64, any Error>] = [:]
-        var statusWaiters: [CheckedContinuation<HubStatus, any Error>] = []
-        var syncWaiters: [CheckedContinuation<UInt64, any Error>] = []
+    @usableFromInline struct Shared {
+        @usableFromInline var acks: [DispatchID: CheckedContinuation<UInt64, any Error>] = [:]
+        @usableFromInline var statusWaiters: [CheckedContinuation<HubStatus, any Error>] = []
+        @usableFromInline var syncWaiters: [CheckedContinuation<UInt64, any Error>] = []
         var closeWaiters: [CheckedContinuation<ReplicaError, Never>] = []
-        var observers: [Observer] = []
+        @usableFromInline var observers: [Observer] = []
         var nextObserver = 1
         var endReason: ReplicaError?
         var linkState: LinkState = .connected
@@ -112,11 +120,11 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         var history: String?
         /// Dispatches sent (or waiting for the link) and not yet answered, re-sent on the same
         /// session after a reconnect.
-        var pending: [DispatchID: PendingDispatch] = [:]
+        @usableFromInline var pending: [DispatchID: PendingDispatch] = [:]
         var nextPendingOrder = 0
         /// The replica ids this replica has held in the current history (its own actions'
         /// `origin`s, also in a resume's replay).
-        var ownReplicas: Set<Int> = []
+        @usableFromInline var ownReplicas: Set<Int> = []
         /// How many times a divergence was detected and healed by re-hydration.
         var divergences = 0
         /// Set between a resumed welcome and the end of its replay: the change to report then.
@@ -124,7 +132,7 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     }
 
     /// A dispatch waiting for its `action`, `reject` or `duplicate`.
-    struct PendingDispatch {
+    @usableFromInline struct PendingDispatch {
         var order: Int
         var json: JSON
         /// Whether someone awaits it (``dispatch(json:)``); otherwise a failure is reported.
@@ -147,6 +155,7 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     ///     is larger than the hub accepts. `nil` (the default) writes one line to stderr.
     /// - Returns: The attached replica.
     /// - Throws: ``ReplicaError`` when there is no hub, or the hub refuses (e.g. `app-mismatch`).
+    @inlinable
     public static func attach(
         app: App,
         socketPath: String? = nil,
@@ -157,9 +166,34 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         session: String? = nil,
         onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
     ) throws(ReplicaError) -> Replica {
+        // `@inlinable` so that the reader's per-action path is compiled for `App` in the
+        // caller's module (``specializedFrameHandler``), not as generic code.
+        try connect(app: app, socketPath: socketPath, name: name, middleware: middleware, startReading: startReading,
+                    reconnect: reconnect, session: session, onDispatchFailure: onDispatchFailure,
+                    frameHandler: specializedFrameHandler)
+    }
+
+    /// `attach(app:socketPath:…)` with the reader's frame handler.
+    @usableFromInline
+    static func connect(
+        app: App, socketPath: String?, name: String?, middleware: [Middleware<App.State, App.Action>],
+        startReading: Bool, reconnect: ReconnectPolicy, session: String?,
+        onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?, frameHandler: @escaping FrameHandler
+    ) throws(ReplicaError) -> Replica {
         let connection = try HubConnection(path: SocketPath.resolve(explicit: socketPath))
         return try attach(app: app, over: connection, name: name, middleware: middleware, startReading: startReading,
-                          reconnect: reconnect, session: session, onDispatchFailure: onDispatchFailure)
+                          reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: 10_000,
+                          onDispatchFailure: onDispatchFailure, frameHandler: frameHandler)
+    }
+
+    /// How the reader applies what one read brought (see ``handleFrames(_:resumeSynced:)``).
+    @usableFromInline typealias FrameHandler = @Sendable (Replica, inout FrameDecoder, inout Bool) -> ReplicaError?
+
+    /// ``handleFrames(_:resumeSynced:)`` as a closure made where this is inlined: in a module
+    /// that knows the app, the whole per-action path (decode, the store's apply, events) is
+    /// specialised for it, with no run-time generic metadata look-ups per action.
+    @inlinable static var specializedFrameHandler: FrameHandler {
+        { replica, decoder, resumeSynced in replica.handleFrames(&decoder, resumeSynced: &resumeSynced) }
     }
 
     /// Attaches over a connection already open (e.g. after asking it for `status`).
@@ -176,6 +210,7 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     ///     writes a line to stderr.
     /// - Returns: The attached replica.
     /// - Throws: ``ReplicaError`` when the hub refuses or the welcome does not decode.
+    @inlinable
     public static func attach(
         app: App,
         over connection: HubConnection,
@@ -188,14 +223,15 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     ) throws(ReplicaError) -> Replica {
         try attach(app: app, over: connection, name: name, middleware: middleware, startReading: startReading,
                    reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: 10_000,
-                   onDispatchFailure: onDispatchFailure)
+                   onDispatchFailure: onDispatchFailure, frameHandler: specializedFrameHandler)
     }
 
-    /// `attach(over:)` with the time to wait for the welcome.
+    /// `attach(over:)` with the time to wait for the welcome and the reader's frame handler.
+    @usableFromInline
     static func attach(
         app: App, over connection: HubConnection, name: String?, middleware: [Middleware<App.State, App.Action>],
         startReading: Bool, reconnect: ReconnectPolicy, session: String?, welcomeTimeoutMilliseconds: Int32,
-        onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?
+        onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?, frameHandler: @escaping FrameHandler
     ) throws(ReplicaError) -> Replica {
         let session = session ?? Digest.hex(UInt64.random(in: 0...UInt64.max)) + Digest.hex(UInt64.random(in: 0...UInt64.max))
         guard (1...ClientMessage.maxSessionBytes).contains(session.utf8.count) else {
@@ -211,7 +247,7 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         let state = try Self.decodeWelcomeState(welcome, app: app)
         let replicaObject = Replica(app: app, connection: connection, state: state, welcome: welcome, name: name,
                                     session: session, middleware: middleware, reconnect: reconnect,
-                                    onDispatchFailure: onDispatchFailure)
+                                    onDispatchFailure: onDispatchFailure, frameHandler: frameHandler)
         if startReading { replicaObject.startReading() }
         return replicaObject
     }
@@ -235,9 +271,10 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
 
     private init(app: App, connection: HubConnection, state: App.State, welcome: Welcome, name: String?, session: String,
                  middleware: [Middleware<App.State, App.Action>], reconnect: ReconnectPolicy,
-                 onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?) {
+                 onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?, frameHandler: @escaping FrameHandler) {
         let link = UpstreamHolder(Self.upstream(for: connection, welcome: welcome))
         self.app = app
+        self.frameHandler = frameHandler
         self.link = link
         self.name = name
         self.reconnect = reconnect
@@ -500,13 +537,13 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     public func observeEvents(_ callback: @escaping @Sendable (ReplicaEvent<App.Action>) -> Void) -> Subscription {
         let id = shared.withLock { shared -> Int in
             defer { shared.nextObserver += 1 }
-            shared.observers.append((shared.nextObserver, callback))
+            shared.observers.append(Observer(id: shared.nextObserver, callback: callback))
             return shared.nextObserver
         }
         return Subscription { [weak self] in
             // The removed callback is released after the lock: its captures may include
             // another token of this replica, whose release takes the same lock.
-            let removed = self?.shared.withLock { shared -> [(id: Int, callback: @Sendable (ReplicaEvent<App.Action>) -> Void)] in
+            let removed = self?.shared.withLock { shared -> [Observer] in
                 guard let index = shared.observers.firstIndex(where: { $0.id == id }) else { return [] }
                 return [shared.observers.remove(at: index)]
             }
