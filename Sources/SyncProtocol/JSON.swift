@@ -102,8 +102,8 @@ public struct JSONKey: Hashable, Sendable, Comparable, ExpressibleByStringLitera
     }
 
     /// Whether two strings have the same Unicode scalars (the same UTF-8 bytes), never
-    /// Swift's canonical equivalence. Compares the bytes in place when both are contiguous.
-    @inlinable package static func sameScalars(_ a: String, _ b: String) -> Bool {
+    /// Swift's canonical equivalence. Compares the bytes in place.
+    @inlinable static func sameScalars(_ a: String, _ b: String) -> Bool {
         guard a.utf8.count == b.utf8.count else { return false }
         // `withUTF8` reaches small (inline) strings too, which `withContiguousStorageIfAvailable`
         // does not; it copies only a string that is not UTF-8 in memory (a bridged one).
