@@ -38,8 +38,13 @@ final class Upstream: Sendable {
 
     private struct State {
         var pending: [UInt8] = []
-        /// A sender or the writer thread is writing; new frames go to `pending`.
+        /// A sender or the writer thread is writing (or a hand-off to the writer is under way);
+        /// new frames go to `pending`, and the descriptor is not closed.
         var busy = false
+        /// A sender is writing directly (it set `busy`, and only it may clear it): the writer
+        /// thread, woken by a failure meanwhile, must not clear `busy` under it, or
+        /// ``closeDescriptor(reason:)`` could close the descriptor during that write.
+        var senderWriting = false
         var failure: String?
         /// Set once the descriptor is closed; it may then belong to another file.
         var closed = false
@@ -98,6 +103,7 @@ final class Upstream: Sendable {
             if let failure = state.failure { return .failed(failure) }
             if !state.busy && state.pending.isEmpty {
                 state.busy = true
+                state.senderWriting = true
                 return .direct
             }
             state.pending.append(contentsOf: frame)
@@ -128,6 +134,7 @@ final class Upstream: Sendable {
                 }
             }
             let handOff = state.withLock { state -> Bool in
+                state.senderWriting = false
                 if let failure, state.failure == nil { state.failure = failure }
                 if state.failure != nil {
                     state.pending.removeAll()
@@ -172,7 +179,8 @@ final class Upstream: Sendable {
             while true {
                 let (batch, exit) = state.withLock { state -> ([UInt8], Bool) in
                     if state.failure != nil || state.pending.isEmpty {
-                        state.busy = false
+                        // A direct sender still writing owns `busy`; it clears it when done.
+                        if !state.senderWriting { state.busy = false }
                         state.pending.removeAll()
                         return ([], state.failure != nil)
                     }
