@@ -466,7 +466,7 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         // nothing is unregistered here (it could not tell which waiter is this call's).
         try await awaitReply(
             register: { $0.statusWaiters.append($1) },
-            send: { link.current.send(.status) },
+            send: { $0.send(.status) },
             unregister: { _ in nil }
         )
     }
@@ -475,26 +475,33 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     ///
     /// If the connection has already ended, or the send fails, the wait ends at once with
     /// ``ReplicaError/disconnected(_:)`` or the local refusal (and the registration is undone).
+    /// The request goes out on the link that was current when the wait was registered: if that
+    /// link drops meanwhile, the drop fails the wait and the request is never sent on the next
+    /// link (where its answer would be taken for a later request's).
     private func awaitReply<T: Sendable>(
         register: @escaping (inout Shared, CheckedContinuation<T, any Error>) -> Void,
-        send: () -> Upstream.Outcome,
+        send: (Upstream) -> Upstream.Outcome,
         unregister: @escaping (inout Shared) -> CheckedContinuation<T, any Error>?
     ) async throws(ReplicaError) -> T {
         do {
             return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+                var upstream: Upstream?
                 let ended = shared.withLock { shared -> ReplicaError? in
                     if let reason = shared.endReason { return reason }
                     if case .reconnecting(let attempt) = shared.linkState {
                         return .disconnected("the link to the hub is being re-established (attempt \(attempt)); ask again once it is back")
                     }
                     register(&shared, continuation)
+                    // The link is replaced before the state says connected, so this is the
+                    // link the registration belongs to.
+                    upstream = link.current
                     return nil
                 }
-                if let ended {
-                    continuation.resume(throwing: ReplicaError.disconnected(ended.description))
+                guard let upstream else {
+                    continuation.resume(throwing: ReplicaError.disconnected((ended ?? .disconnected("the link to the hub has ended")).description))
                     return
                 }
-                if let failure = send().failure, let waiting = shared.withLock({ unregister(&$0) }) {
+                if let failure = send(upstream).failure, let waiting = shared.withLock({ unregister(&$0) }) {
                     waiting.resume(throwing: failure)
                 }
             }
@@ -522,7 +529,7 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         // a failed send means the connection is ending and the reader fails every waiter.
         _ = try await awaitReply(
             register: { $0.syncWaiters.append($1) },
-            send: { link.current.send(.sync(id: nil)) },
+            send: { $0.send(.sync(id: nil)) },
             unregister: { _ in nil }
         )
         return seq
