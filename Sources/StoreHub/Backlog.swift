@@ -103,8 +103,9 @@ final class Backlog {
     ///   - first: The seq of the first frame.
     func append(_ frames: [UInt8], starts: [Int], first: UInt64) {
         guard !starts.isEmpty else { return }
-        if count == 0 || first != lastSeq + 1 {
-            // Empty, or not contiguous (cannot happen: the sequencer appends in order).
+        if first != lastSeq + 1 {
+            // Not contiguous (cannot happen: the sequencer appends in order). An empty window
+            // is not reset: readers may still be writing its released frames.
             reset(after: first - 1)
         }
         frames.withUnsafeBytes { source in

@@ -80,6 +80,23 @@ struct SharedBacklogTests {
         #expect(backlog.end == end && backlog.lastSeq == 1_009 && backlog.count == 0)
     }
 
+    @Test("a window of no frames (minimum 0, budget 0) still keeps what a reader needs, and seqs stay contiguous")
+    func emptyWindowKeepsReaders() {
+        let backlog = Backlog(minimumActions: 0, maximumBytes: 0, blockBytes: 16)
+        let connection = Connection(fd: -1, maxFrameBytes: 1 << 20)
+        connection.cursor = backlog.end
+        connection.follows = true
+        for seq in UInt64(1)...4 {
+            let one = frames(seqs: seq...seq, size: 8)
+            backlog.append(one.bytes, starts: one.starts, first: seq)
+            #expect(backlog.count == 0 && backlog.lastSeq == seq)
+            backlog.compact(keepingFrom: connection.cursor ?? backlog.end)
+        }
+        // Nothing is held for resuming, but the reader still gets every frame, in order.
+        #expect(backlog.position(after: 0) == nil && backlog.position(after: 4) == backlog.end)
+        #expect(drain(connection, backlog, step: 5) == (1...4).flatMap { Array(repeating: UInt8($0), count: 8) })
+    }
+
     @Test("private messages go out exactly between the shared frames they were queued after, however the socket splits writes")
     func privateMessagesInterleave() {
         for step in [1, 3, 7, 10, 64, 1000] {
