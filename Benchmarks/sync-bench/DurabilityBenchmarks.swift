@@ -144,23 +144,11 @@ func runHubChild(socket: String, dataDirectory: String, snapshotEvery: Int) -> N
 /// takes until it could serve. With `snapshotEvery` 0 there is no snapshot and the whole
 /// journal is replayed; otherwise the newest snapshot is loaded and the journal after it replayed.
 func recovery(actions: Int, snapshotEvery: Int) throws -> Result {
-    let directory = NSTemporaryDirectory() + "sync-bench-recovery-\(getpid())"
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    let socket = directory + "/hub.sock", data = directory + "/data"
-    let child = Process()
-    child.executableURL = URL(fileURLWithPath: try selfExecutable())
-    child.arguments = ["--hub-child", data, "--socket", socket, "--count", "\(snapshotEvery)"]
-    try child.run()
-    defer { if child.isRunning { kill(child.processIdentifier, SIGKILL) } }
-    let deadline = ContinuousClock.now + .seconds(30)
-    while (try? HubConnection.status(at: socket)) == nil {
-        guard ContinuousClock.now < deadline, child.isRunning else { throw SystemError("the hub child did not start") }
-        usleep(2_000)
-    }
-    try RawBenchClient(socket: socket).dispatchPipelined(actions)
-    kill(child.processIdentifier, SIGKILL)
-    child.waitUntilExit()
+    let child = try HubChildProcess(snapshotEvery: snapshotEvery)
+    defer { child.stop() }
+    try RawBenchClient(socket: child.socket).dispatchPipelined(actions)
+    child.crash()
+    let socket = child.socket, data = child.dataDirectory ?? ""
     var configuration = HubConfiguration(socketPath: socket)
     configuration.dataDirectory = data
     configuration.fsync = .never

@@ -8,19 +8,28 @@ import Glibc
 import Darwin
 #endif
 
-/// A hub in a process of its own (this executable in `--hub-child` mode, in memory), so its
-/// resident memory can be read from `/proc`.
+/// A hub in a process of its own (this executable in `--hub-child` mode): in memory, so its
+/// resident memory can be read from `/proc`, or on a data directory (`--fsync never`), to be
+/// killed for the recovery benchmark.
 final class HubChildProcess {
     let directory: String
     let socket: String
+    /// The hub's data directory (`nil`: in memory).
+    let dataDirectory: String?
     let process = Process()
 
-    init() throws {
-        directory = NSTemporaryDirectory() + "sync-bench-rss-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    /// Starts the hub and waits until it answers `status`.
+    ///
+    /// - Parameter snapshotEvery: With a data directory, a snapshot every N actions (0: none);
+    ///   `nil` for a hub in memory.
+    init(snapshotEvery: Int? = nil) throws {
+        let directory = NSTemporaryDirectory() + "sync-bench-hub-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        self.directory = directory
         socket = directory + "/hub.sock"
+        dataDirectory = snapshotEvery == nil ? nil : directory + "/data"
         process.executableURL = URL(fileURLWithPath: try selfExecutable())
-        process.arguments = ["--hub-child", "", "--socket", socket, "--count", "0"]
+        process.arguments = ["--hub-child", dataDirectory ?? "", "--socket", socket, "--count", "\(snapshotEvery ?? 0)"]
         try process.run()
         let deadline = ContinuousClock.now + .seconds(30)
         while (try? HubConnection.status(at: socket)) == nil {
@@ -43,11 +52,17 @@ final class HubChildProcess {
         return (now, peak)
     }
 
-    func stop() {
+    /// Kills the hub with SIGKILL (nothing saved, as in a crash) and waits for it.
+    func crash() {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
+    }
+
+    /// Kills the hub and removes its directory.
+    func stop() {
+        crash()
         try? FileManager.default.removeItem(atPath: directory)
     }
 }

@@ -58,13 +58,6 @@ enum ConnectionState: Equatable {
 /// written after the shared frames up to P and before any later one, so `welcome`, `synced`,
 /// `reject` and `error` fall between actions exactly where the hub decided.
 final class Connection {
-    /// A message (or several) for this connection alone, written once the shared stream has
-    /// been written up to `after`.
-    struct Chunk {
-        var after: UInt64
-        var bytes: [UInt8]
-    }
-
     let fd: Int32
     var decoder: FrameDecoder
     var state: ConnectionState = .greeting
@@ -128,7 +121,7 @@ final class Connection {
     /// ends the list.
     func withOutput<R>(backlog: Backlog, maxPieces: Int, _ body: (UnsafeBufferPointer<iovec>) -> R) -> R {
         let end = backlog.end
-        return out.withUnsafeBytes { privateBytes in
+        return out.withUnsafeBytes { queued in
             var vectors: [iovec] = []
             vectors.reserveCapacity(4)
             var position = cursor
@@ -146,7 +139,7 @@ final class Connection {
                 }
                 let lower = index == gateHead ? max(gate.start, outOffset) : gate.start
                 let upper = index + 1 < gates.count ? gates[index + 1].start : out.count
-                if upper > lower, let base = privateBytes.baseAddress {
+                if upper > lower, let base = queued.baseAddress {
                     vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: base + lower), iov_len: upper - lower))
                 }
                 index += 1

@@ -85,7 +85,7 @@ final class HubLoop {
                         if now - since > configuration.idleTimeout { idle.append(connection) }
                     }
                 }
-                if connection.pendingBytes(end: backlog.end) > 0 { events |= Int16(POLLOUT) }
+                if owed(connection) > 0 { events |= Int16(POLLOUT) }
                 pollSet.append(pollfd(fd: connection.fd, events: events, revents: 0))
                 order.append(connection)
             }
@@ -234,7 +234,7 @@ final class HubLoop {
             flushBatch()
             let replicas = attached.compactMap { peer in
                 peer.state.replica.map {
-                    ReplicaInfo(replica: $0, name: peer.state.name, queuedBytes: peer.pendingBytes(end: backlog.end),
+                    ReplicaInfo(replica: $0, name: peer.state.name, queuedBytes: owed(peer),
                                 lag: Int(clamping: sequencer.seq &- min(sequencer.seq, writtenSeq(of: peer))))
                 }
             }
@@ -328,6 +328,9 @@ final class HubLoop {
     /// The shared stream of sequenced frames.
     private var backlog: Backlog { sequencer.backlog }
 
+    /// Bytes owed to a connection: backlog frames from its position plus its private messages.
+    private func owed(_ connection: Connection) -> Int { connection.pendingBytes(end: backlog.end) }
+
     /// The seq of the last action written whole to a connection's socket.
     private func writtenSeq(of connection: Connection) -> UInt64 {
         guard let cursor = connection.cursor else { return sequencer.seq }
@@ -357,8 +360,6 @@ final class HubLoop {
     /// - Parameters:
     ///   - connection: The connection.
     ///   - error: What it is told.
-    ///   - soon: Send the error right after the frame being written instead of after
-    ///     everything released (for a replica that is too far behind).
     private func fail(_ connection: Connection, _ error: WireError) {
         configuration.log("hubd: closing \(connection.label): \(error.rawCode): \(error.message)")
         send(.error(error), to: connection)
@@ -415,10 +416,9 @@ final class HubLoop {
 
     /// One write per connection with queued bytes: everything pending, gathered.
     private func writeAll() {
-        let end = backlog.end
-        for connection in connections.values where connection.pendingBytes(end: end) > 0 {
+        for connection in connections.values where owed(connection) > 0 {
             write(connection)
-            let pending = connection.pendingBytes(end: end)
+            let pending = owed(connection)
             if !connection.state.isClosing, pending > configuration.maxQueuedBytesPerReplica {
                 // No more broadcasts; the error follows the frame being written, and the close
                 // comes when that is written or after 2 s, whichever is first.
@@ -451,7 +451,7 @@ final class HubLoop {
         let now = ContinuousClock.now
         for connection in Array(connections.values) {
             guard case .closing(_, _, let deadline) = connection.state else { continue }
-            if connection.pendingBytes(end: backlog.end) == 0 || now >= deadline {
+            if owed(connection) == 0 || now >= deadline {
                 close(connection)
             }
         }
@@ -503,8 +503,8 @@ final class HubLoop {
         // poll for any of them to take more, until all is written or 2 s have passed.
         let deadline = ContinuousClock.now + .seconds(2)
         while true {
-            for connection in connections.values where connection.pendingBytes(end: backlog.end) > 0 { write(connection) }
-            let pending = connections.values.filter { $0.pendingBytes(end: backlog.end) > 0 }
+            for connection in connections.values where owed(connection) > 0 { write(connection) }
+            let pending = connections.values.filter { owed($0) > 0 }
             let remaining = deadline - ContinuousClock.now
             guard !pending.isEmpty, remaining > .zero else { break }
             var waitSet = pending.map { pollfd(fd: $0.fd, events: Int16(POLLOUT), revents: 0) }

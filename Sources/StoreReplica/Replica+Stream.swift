@@ -57,8 +57,8 @@ extension Replica {
                 return .diverged("this replica's reducer refused sequenced action \(seq): \(app.describe(error))")
             }
             lastSeq.store(seq, ordering: .releasing)
-            // No tuple crosses the lock: this generic code runs unspecialised, where a tuple of
-            // generic types costs a locked run-time metadata look-up per action.
+            // No tuple crosses the lock: where this runs unspecialised (a replica attached from
+            // generic code), a tuple of generic types costs a locked metadata look-up per action.
             var ack: CheckedContinuation<UInt64, any Error>?
             let observers = shared.withLock { shared -> [Observer] in
                 // Ours if this replica held that id in this history (a resume replays actions

@@ -210,19 +210,7 @@ public enum UnixSocket {
     public static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, dontWait: Bool = false) -> IOResult {
         guard bytes.count > 0 else { return .bytes(0) }
         let wait = dontWait ? Int32(MSG_DONTWAIT) : 0
-        while true {
-            #if canImport(Darwin)
-            let n = send(fd, bytes.baseAddress, bytes.count, wait)
-            #else
-            let n = send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL) | wait)
-            #endif
-            if n >= 0 { return .bytes(n) }
-            switch currentErrno() {
-            case EINTR: continue
-            case EAGAIN, EWOULDBLOCK: return .wouldBlock
-            case let code: return .failed(code)
-            }
-        }
+        return sendOutcome { flags in send(fd, bytes.baseAddress, bytes.count, flags | wait) }
     }
 
     /// Writes as much of several buffers, in order, as the socket takes now, in one system
@@ -237,12 +225,19 @@ public enum UnixSocket {
         var message = msghdr()
         message.msg_iov = UnsafeMutablePointer(mutating: vectors.baseAddress)
         message.msg_iovlen = numericCast(vectors.count)
+        return sendOutcome { flags in sendmsg(fd, &message, flags) }
+    }
+
+    /// Runs a send-family call with the flags that keep it from raising SIGPIPE (none on
+    /// Darwin, whose sockets are created with `SO_NOSIGPIPE`), retrying after `EINTR`.
+    private static func sendOutcome(_ call: (Int32) -> Int) -> IOResult {
+        #if canImport(Darwin)
+        let flags: Int32 = 0
+        #else
+        let flags = Int32(MSG_NOSIGNAL)
+        #endif
         while true {
-            #if canImport(Darwin)
-            let n = sendmsg(fd, &message, 0)
-            #else
-            let n = sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
-            #endif
+            let n = call(flags)
             if n >= 0 { return .bytes(n) }
             switch currentErrno() {
             case EINTR: continue
