@@ -19,9 +19,37 @@ func codableApply(quick: Bool) -> [Result] {
             codable.reduce(into: &codableState, action: action)
         }
     }
+    var plainState = codable.initialState
+    let viaSynthesized = measure(rounds: quick ? 5 : 15, iterations: iterations) {
+        if let wire = try? JSON(parsing: bytes), let action = try? JSONValueDecoder().decode(PlainCounterAction.self, from: wire) {
+            codable.reduce(into: &plainState, action: action.counterAction)
+        }
+    }
     return [
         Result(scenario: "handwritten.apply", params: [("app", "counter")], metrics: [("ns_per_op", handWritten)]),
-        Result(scenario: "codable.apply", params: [("app", "counter")],
+        Result(scenario: "codable.apply", params: [("app", "counter"), ("decode", "taggedCases")],
                metrics: [("ns_per_op", viaCodable), ("ratio_to_handwritten", viaCodable / handWritten)]),
+        Result(scenario: "codable.apply", params: [("app", "counter"), ("decode", "synthesized")],
+               metrics: [("ns_per_op", viaSynthesized), ("ratio_to_handwritten", viaSynthesized / handWritten)]),
     ]
+}
+
+/// `CodableCounterApp.Action` without its ``TaggedCases`` table: decoded through the
+/// synthesized `init(from:)` alone.
+private enum PlainCounterAction: TaggedEnumCodable {
+    case increment
+    case decrement
+    case setIncrementing(Bool)
+    case setLimitText(String)
+
+    static let memberNames = ["setIncrementing": ["value"], "setLimitText": ["text"]]
+
+    var counterAction: CodableCounterApp.Action {
+        switch self {
+        case .increment: .increment
+        case .decrement: .decrement
+        case .setIncrementing(let value): .setIncrementing(value)
+        case .setLimitText(let text): .setLimitText(text)
+        }
+    }
 }

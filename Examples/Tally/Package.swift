@@ -20,6 +20,7 @@ let package = Package(
             "TallyApp",
             .product(name: "StoreSyncTesting", package: "StoreSync"),
             .product(name: "StoreReplica", package: "StoreSync"),
+            .product(name: "SyncCore", package: "StoreSync"),
         ]),
     ],
     swiftLanguageModes: [.v6]

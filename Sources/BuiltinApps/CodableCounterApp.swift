@@ -40,8 +40,14 @@ public struct CodableCounterApp: CodableSyncApp {
         /// Set the limit text (`text`).
         case setLimitText(String)
 
-        /// `value` and `text` on the wire, as ``CounterApp`` writes them.
-        public static let memberNames = ["setIncrementing": ["value"], "setLimitText": ["text"]]
+        /// The cases with their constructors, for fast decoding; `value` and `text` are the
+        /// members' names on the wire, as ``CounterApp`` writes them.
+        public static let taggedCases = TaggedCases<Action>(
+            .case("increment", .increment),
+            .case("decrement", .decrement),
+            .case("setIncrementing", Action.setIncrementing, "value"),
+            .case("setLimitText", Action.setLimitText, "text")
+        )
     }
 
     /// Creates the app.

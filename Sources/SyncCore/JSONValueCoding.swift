@@ -42,12 +42,8 @@ public struct JSONValueDecoder: Sendable {
     public func decode<T: Decodable>(_ type: T.Type, from json: JSON) throws(AppCodingError) -> T {
         do {
             return try decodeValue(type, from: json, path: LazyPath([]))
-        } catch let error as AppCodingError {
-            throw error
-        } catch let error as DecodingError {
-            throw AppCodingError(describe(error))
         } catch {
-            throw AppCodingError(String(describing: error))
+            throw AppCodingError(codingMessage(error))
         }
     }
 }
@@ -58,15 +54,26 @@ public struct JSONValueDecoder: Sendable {
 /// Adopt it on an enum with synthesized `Codable`. Labeled associated values keep their
 /// labels as member names; unlabeled ones are `_0`, `_1`, … unless ``memberNames`` names them.
 /// A case without associated values is `{"type":"case"}`. No member may be called `type`.
-public protocol TaggedEnumCodable: Codable {
+///
+/// Decoding goes through the synthesized `init(from:)`. To make it several times faster, list
+/// the cases with their constructors in ``taggedCases`` (see ``TaggedCases``).
+public protocol TaggedEnumCodable: Codable, Sendable {
     /// Member names for unlabeled associated values, by case: `["setLimitText": ["text"]]`
-    /// names `_0` of `setLimitText` `text` on the wire. Default: none.
+    /// names `_0` of `setLimitText` `text` on the wire. Default: the names ``taggedCases``
+    /// gives, else none.
     static var memberNames: [String: [String]] { get }
+
+    /// The cases with their constructors, so that decoding skips the `Decoder` containers.
+    /// Default: ``TaggedCases/none`` (every case decodes through `Codable`).
+    static var taggedCases: TaggedCases<Self> { get }
 }
 
 extension TaggedEnumCodable {
-    /// No renames: labels, or `_0`, `_1`, ….
-    public static var memberNames: [String: [String]] { [:] }
+    /// The member names ``taggedCases`` gives (none by default): labels, or `_0`, `_1`, ….
+    public static var memberNames: [String: [String]] { taggedCases.memberNames }
+
+    /// No table: every case decodes through `Codable`.
+    public static var taggedCases: TaggedCases<Self> { .none }
 }
 
 // MARK: - Tagged enums
@@ -372,19 +379,24 @@ private func leaf(_ json: JSON) -> EncodedBox {
 
 /// A coding path built only when it is needed (an error, a nested decoder): most values are
 /// decoded without ever allocating one.
-private struct LazyPath {
+@usableFromInline struct LazyPath: Sendable {
     let parent: [any CodingKey]
     let key: (any CodingKey)?
 
-    init(_ parent: [any CodingKey], _ key: (any CodingKey)? = nil) {
+    @usableFromInline init(_ parent: [any CodingKey], _ key: (any CodingKey)? = nil) {
         self.parent = parent
         self.key = key
     }
 
     var array: [any CodingKey] { key.map { parent + [$0] } ?? parent }
+
+    /// The path one level down; allocates only below the second level.
+    func appending(_ child: any CodingKey) -> LazyPath {
+        key == nil ? LazyPath(parent, child) : LazyPath(array, child)
+    }
 }
 
-private func decodeValue<T: Decodable>(_ type: T.Type, from json: JSON, path: LazyPath) throws -> T {
+func decodeValue<T: Decodable>(_ type: T.Type, from json: JSON, path: LazyPath) throws -> T {
     func mismatch(_ expected: String) -> DecodingError {
         .typeMismatch(T.self, .init(codingPath: path.array, debugDescription: "expected \(expected), got \(json.canonicalString)"))
     }
@@ -406,22 +418,25 @@ private func decodeValue<T: Decodable>(_ type: T.Type, from json: JSON, path: La
         guard case .number(let v) = json else { throw mismatch("a number") }
         return unsafeBitCast(v, to: T.self)
     }
-    switch type {
-    case is Float.Type:
+    switch requested {
+    case ObjectIdentifier(Float.self):
         guard case .number(let v) = json, Float(v).isFinite else { throw mismatch("a number within Float's range") }
-        return try cast(Float(v), path.array)
-    case is Int8.Type: return try cast(try exactInteger(json, mismatch) as Int8, path.array)
-    case is Int16.Type: return try cast(try exactInteger(json, mismatch) as Int16, path.array)
-    case is Int32.Type: return try cast(try exactInteger(json, mismatch) as Int32, path.array)
-    case is Int64.Type: return try cast(try exactInteger(json, mismatch) as Int64, path.array)
-    case is UInt.Type: return try cast(try exactInteger(json, mismatch) as UInt, path.array)
-    case is UInt8.Type: return try cast(try exactInteger(json, mismatch) as UInt8, path.array)
-    case is UInt16.Type: return try cast(try exactInteger(json, mismatch) as UInt16, path.array)
-    case is UInt32.Type: return try cast(try exactInteger(json, mismatch) as UInt32, path.array)
-    case is UInt64.Type: return try cast(try exactInteger(json, mismatch) as UInt64, path.array)
-    case is JSON.Type: return try cast(json, path.array)
+        return try cast(Float(v), path)
+    case ObjectIdentifier(Int8.self): return try cast(try exactInteger(json, mismatch) as Int8, path)
+    case ObjectIdentifier(Int16.self): return try cast(try exactInteger(json, mismatch) as Int16, path)
+    case ObjectIdentifier(Int32.self): return try cast(try exactInteger(json, mismatch) as Int32, path)
+    case ObjectIdentifier(Int64.self): return try cast(try exactInteger(json, mismatch) as Int64, path)
+    case ObjectIdentifier(UInt.self): return try cast(try exactInteger(json, mismatch) as UInt, path)
+    case ObjectIdentifier(UInt8.self): return try cast(try exactInteger(json, mismatch) as UInt8, path)
+    case ObjectIdentifier(UInt16.self): return try cast(try exactInteger(json, mismatch) as UInt16, path)
+    case ObjectIdentifier(UInt32.self): return try cast(try exactInteger(json, mismatch) as UInt32, path)
+    case ObjectIdentifier(UInt64.self): return try cast(try exactInteger(json, mismatch) as UInt64, path)
+    case ObjectIdentifier(JSON.self): return try cast(json, path)
     default:
         if let tagged = type as? any TaggedEnumCodable.Type {
+            if let table = caseTable(of: tagged), let value = try table.decode(json, path: path) {
+                return try cast(value, path)
+            }
             return try T(from: TaggedDecoder(json: json, names: tagged.memberNames, codingPath: path.array))
         }
         return try T(from: ValueDecoder(json: json, codingPath: path.array))
@@ -429,9 +444,9 @@ private func decodeValue<T: Decodable>(_ type: T.Type, from json: JSON, path: La
 }
 
 /// `value` as `T`, which the caller has checked it is (no trap either way).
-private func cast<T>(_ value: Any, _ path: [any CodingKey]) throws -> T {
+private func cast<T>(_ value: Any, _ path: LazyPath) throws -> T {
     guard let result = value as? T else {
-        throw DecodingError.typeMismatch(T.self, .init(codingPath: path, debugDescription: "internal: \(type(of: value)) is not \(T.self)"))
+        throw DecodingError.typeMismatch(T.self, .init(codingPath: path.array, debugDescription: "internal: \(type(of: value)) is not \(T.self)"))
     }
     return result
 }
@@ -472,7 +487,7 @@ private struct ValueDecoder: Decoder {
 
 /// Decodes a ``TaggedEnumCodable`` straight from `{"type":"case", members…}`: it shows the
 /// synthesized `init(from:)` the `{"case":{members}}` shape it expects, without building it.
-private struct TaggedDecoder: Decoder {
+struct TaggedDecoder: Decoder {
     let json: JSON
     let names: [String: [String]]
     let codingPath: [any CodingKey]
@@ -482,7 +497,7 @@ private struct TaggedDecoder: Decoder {
         guard case .object(let members) = json, let tag = members["type"]?.stringValue else {
             throw AppCodingError("\(describe(codingPath)): expected an object with a string \"type\" naming the case, got \(json.canonicalString)")
         }
-        return KeyedDecodingContainer(TaggedCase<Key>(tag: tag, members: members, renames: names[tag] ?? [], codingPath: codingPath))
+        return KeyedDecodingContainer(TaggedCaseContainer<Key>(tag: tag, members: members, renames: names[tag] ?? [], codingPath: codingPath))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
@@ -495,7 +510,7 @@ private struct TaggedDecoder: Decoder {
 }
 
 /// The outer `{"case": …}` level of a tagged enum: one key, the case named by `"type"`.
-private struct TaggedCase<Key: CodingKey>: KeyedDecodingContainerProtocol {
+private struct TaggedCaseContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     let tag: String
     let members: [JSONKey: JSON]
     let renames: [String]
@@ -645,7 +660,7 @@ private struct SingleValueDecoding: SingleValueDecodingContainer {
 // MARK: - Paths and messages
 
 /// A coding key for array indices and renamed members.
-private struct AnyKey: CodingKey {
+struct AnyKey: CodingKey {
     let stringValue: String
     let intValue: Int?
     init(_ string: String) {
@@ -661,11 +676,14 @@ private struct AnyKey: CodingKey {
 }
 
 /// `at /a/0/b` (a JSON Pointer-like path), or `at the top level`.
-private func describe(_ path: [any CodingKey]) -> String {
+func describe(_ path: [any CodingKey]) -> String {
     path.isEmpty ? "at the top level" : "at /" + path.map(\.stringValue).joined(separator: "/")
 }
 
-private func describe(_ error: DecodingError) -> String {
+/// What went wrong in decoding, in one line with the path.
+@usableFromInline func codingMessage(_ error: any Error) -> String {
+    if let error = error as? AppCodingError { return error.message }
+    guard let error = error as? DecodingError else { return String(describing: error) }
     switch error {
     case .typeMismatch(_, let context), .valueNotFound(_, let context), .keyNotFound(_, let context),
          .dataCorrupted(let context):

@@ -136,6 +136,7 @@ struct CodableAppTests {
 }
 
 /// The README's Codable example, as written there.
+// BEGIN README codable app example
 struct Tally: CodableSyncApp {
     struct State: Codable, Equatable, Sendable { var count = 0 }
     enum Action: TaggedEnumCodable, Sendable {
@@ -152,6 +153,16 @@ struct Tally: CodableSyncApp {
         }
     }
 }
+// END README codable app example
+
+// BEGIN README tagged cases example
+extension Tally.Action {
+    static let taggedCases = TaggedCases<Tally.Action>(
+        .case("add", Tally.Action.add, "amount"),
+        .case("reset", .reset)
+    )
+}
+// END README tagged cases example
 
 @Test("the README's Tally app speaks the wire form the README shows")
 func readmeTally() throws {

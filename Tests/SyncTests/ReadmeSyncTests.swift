@@ -5,6 +5,9 @@ import Testing
 @Test("the README shows exactly the example code the tests compile", arguments: [
     ("Tests/StoreCoreTests/ReadmeExampleTests.swift", "StoreCore"),
     ("Tests/SyncTests/ReadmeReplicaExampleTests.swift", "replica"),
+    ("Tests/BuiltinAppsTests/CodableAppTests.swift", "codable app"),
+    ("Tests/BuiltinAppsTests/CodableAppTests.swift", "tagged cases"),
+    ("Examples/Tally/Sources/TallyApp/Tally+Cases.swift", "tally cases"),
     ("Examples/Tally/Sources/TallyApp/Tally.swift", "tally app"),
     ("Examples/Tally/Sources/tally-hub/main.swift", "tally hub"),
     ("Examples/Tally/Sources/tally-cli/main.swift", "tally cli"),

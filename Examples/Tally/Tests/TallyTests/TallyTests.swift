@@ -1,6 +1,7 @@
 import Foundation
 import StoreReplica
 import StoreSyncTesting
+import SyncCore
 import TallyApp
 import Testing
 
@@ -24,6 +25,15 @@ struct TallyReducerTests {
         let actions: [Tally.Action] = [.add(name: "tea", amount: 3), .add(name: "é", amount: 1), .reset(at: 12), .add(name: "tea", amount: 1)]
         #expect(DeterminismCheck.check(Tally(), actions: actions) == nil)
         #expect(Tally().encodeAction(.add(name: "tea", amount: 3)) == ["type": "add", "name": "tea", "amount": 3])
+    }
+
+    @Test("the table of cases decodes what Codable writes (each entry is checked against it in debug builds)")
+    func taggedCases() throws {
+        #expect(!Tally.Action.taggedCases.isEmpty)
+        for action in [Tally.Action.add(name: "tea", amount: -2), .reset(at: 1_700_000_000.5)] {
+            #expect(try Tally().decodeAction(Tally().encodeAction(action)) == action)
+        }
+        #expect(throws: AppCodingError.self) { try Tally().decodeAction(["type": "add", "name": "tea"]) }
     }
 }
 
