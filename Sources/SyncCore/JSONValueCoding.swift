@@ -469,7 +469,7 @@ private struct ValueDecoder: Decoder {
             throw DecodingError.typeMismatch([String: JSON].self,
                                              .init(codingPath: codingPath, debugDescription: "expected an object, got \(json.canonicalString)"))
         }
-        return KeyedDecodingContainer(KeyedDecoding<Key>(members: members, renames: [], codingPath: codingPath))
+        return KeyedDecodingContainer(KeyedDecoding<Key>(members: members, renames: [], codingPath: codingPath, recorder: nil))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
@@ -491,13 +491,16 @@ struct TaggedDecoder: Decoder {
     let json: JSON
     let names: [String: [String]]
     let codingPath: [any CodingKey]
+    /// Notes the wire names the case's decoding asks for (checking a ``TaggedCases`` entry).
+    var recorder: MemberRecorder? = nil
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         guard case .object(let members) = json, let tag = members["type"]?.stringValue else {
             throw AppCodingError("\(describe(codingPath)): expected an object with a string \"type\" naming the case, got \(json.canonicalString)")
         }
-        return KeyedDecodingContainer(TaggedCaseContainer<Key>(tag: tag, members: members, renames: names[tag] ?? [], codingPath: codingPath))
+        return KeyedDecodingContainer(TaggedCaseContainer<Key>(tag: tag, members: members, renames: names[tag] ?? [], codingPath: codingPath,
+                                                                 recorder: recorder))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
@@ -515,6 +518,7 @@ private struct TaggedCaseContainer<Key: CodingKey>: KeyedDecodingContainerProtoc
     let members: [JSONKey: JSON]
     let renames: [String]
     let codingPath: [any CodingKey]
+    let recorder: MemberRecorder?
 
     var allKeys: [Key] { Key(stringValue: tag).map { [$0] } ?? [] }
 
@@ -534,7 +538,8 @@ private struct TaggedCaseContainer<Key: CodingKey>: KeyedDecodingContainerProtoc
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type,
                                                forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
         guard contains(key) else { throw notTheCase(key) }
-        return KeyedDecodingContainer(KeyedDecoding<NestedKey>(members: members, renames: renames, codingPath: codingPath + [key]))
+        return KeyedDecodingContainer(KeyedDecoding<NestedKey>(members: members, renames: renames, codingPath: codingPath + [key],
+                                                                 recorder: recorder))
     }
 
     func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer { throw notTheCase(key) }
@@ -549,6 +554,8 @@ private struct KeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
     /// For a tagged case: the wire names of its unlabeled values `_0`, `_1`, ….
     let renames: [String]
     let codingPath: [any CodingKey]
+    /// For a tagged case being checked against its ``TaggedCases`` entry: notes each member asked for.
+    let recorder: MemberRecorder?
 
     /// In one order everywhere (RFC 8785's): when two wire members map to one Swift key (names
     /// that differ only by normalization, `"1"` and `"01"` for an `Int` key), every process
@@ -558,10 +565,14 @@ private struct KeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
     /// The member a key names on the wire (`_0` → its given name in a tagged case).
     private func wireName(_ key: Key) -> JSONKey {
         let name = key.stringValue
+        let wire: JSONKey
         if !renames.isEmpty, name.utf8.first == UInt8(ascii: "_"), let index = Int(name.dropFirst()), index < renames.count {
-            return JSONKey(renames[index])
+            wire = JSONKey(renames[index])
+        } else {
+            wire = JSONKey(name)
         }
-        return JSONKey(name)
+        recorder?.note(wire)
+        return wire
     }
 
     func contains(_ key: Key) -> Bool { members[wireName(key)] != nil }
@@ -694,5 +705,15 @@ func describe(_ path: [any CodingKey]) -> String {
         return "\(describe(path)): \(context.debugDescription)"
     @unknown default:
         return String(describing: error)
+    }
+}
+
+/// The wire names a tagged case's synthesized decoding asks for, in the order it first asks:
+/// its associated values' members, in declaration order. Used once per ``TaggedCases`` entry.
+final class MemberRecorder {
+    private(set) var names: [JSONKey] = []
+
+    func note(_ name: JSONKey) {
+        if !names.contains(name) { names.append(name) }
     }
 }

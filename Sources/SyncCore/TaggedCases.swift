@@ -22,16 +22,24 @@ import SyncProtocol
 /// }
 /// ```
 ///
-/// The table only speeds decoding up; it never changes what an action means:
+/// Declare it with `static let` (a computed table would be rebuilt, and checked, on every use).
+/// The constructor must be the enum case itself (`Action.add`), not a closure.
+///
+/// The table only speeds decoding up; it decodes what the synthesized `Codable` conformance
+/// decodes (the enum must use the synthesized one, as every ``TaggedEnumCodable`` does):
 /// - Encoding still goes through the synthesized `encode(to:)`. The table's member names
 ///   are the enum's default ``TaggedEnumCodable/memberNames``, so `_0`-style values are
 ///   written under the names the table reads.
 /// - A tag the table does not list is decoded through `Codable`, so a partial table is fine.
-/// - Each entry is checked against the `Codable` conformance: the value it builds must
-///   encode exactly as the synthesized decoding of the same JSON does. The check runs on
-///   each case's first use in a process (on every use in debug builds). An entry that
-///   fails it (a wrong constructor, swapped or misnamed members) refuses the action with an
-///   ``AppCodingError`` naming the entry, so a wrong table is loud, never a silent misreading.
+/// - An absent member is `nil` for an optional value, and a refusal for any other, as with
+///   the synthesized `decodeIfPresent` and `decode`.
+/// - Each entry is checked against the synthesized decoding in each process, on its first
+///   use until it passes: the members that decoding reads for the case must be the entry's
+///   names in the same order (whatever the values), and the value the entry builds must
+///   encode exactly as the synthesized decoding's does. An entry that fails (a wrong
+///   constructor, members misnamed, missing or out of order, a miscounted list) refuses the
+///   action with an ``AppCodingError`` naming the entry and what to fix, so a wrong table is
+///   loud, never a silent misreading.
 public struct TaggedCases<Value: TaggedEnumCodable>: Sendable {
     /// One case: its wire name, member names, and how to build it from the members.
     public struct Case: Sendable {
@@ -100,9 +108,16 @@ public struct TaggedCases<Value: TaggedEnumCodable>: Sendable {
         @usableFromInline let cases: [Case]
         /// The same entries without the enum's type.
         @usableFromInline let table: CaseTable
+        /// The member names of the cases with associated values, by tag (first entry per tag).
+        let memberNames: [String: [String]]
 
         init(_ cases: [Case]) {
             self.cases = cases
+            var names: [String: [String]] = [:], seen: Set<JSONKey> = []
+            for entry in cases where seen.insert(JSONKey(entry.tag)).inserted && !entry.members.isEmpty {
+                names[entry.tag] = entry.members
+            }
+            memberNames = names
             table = CaseTable(tags: cases.map { JSONKey($0.tag) }) { index, json, path in
                 try TaggedCases.decode(cases[index], from: json, path: path)
             }
@@ -138,13 +153,7 @@ public struct TaggedCases<Value: TaggedEnumCodable>: Sendable {
 
     /// The member names of every listed case with associated values, as
     /// ``TaggedEnumCodable/memberNames`` takes them.
-    public var memberNames: [String: [String]] {
-        var names: [String: [String]] = [:]
-        for entry in storage?.cases ?? [] where !entry.members.isEmpty && names[entry.tag] == nil {
-            names[entry.tag] = entry.members
-        }
-        return names
-    }
+    public var memberNames: [String: [String]] { storage?.memberNames ?? [:] }
 
     /// Decodes a value through the table.
     ///
@@ -158,39 +167,85 @@ public struct TaggedCases<Value: TaggedEnumCodable>: Sendable {
     @inlinable func decode(_ json: JSON, path: LazyPath) throws -> Value? {
         guard let storage, let (index, object) = storage.table.find(json) else { return nil }
         let entry = storage.cases[index]
-        let value = try entry.build(object, path)
-        if entry.checked.needed { try TaggedCases.check(entry, built: value, from: json, path: path) }
-        return value
+        if entry.checked.needed { return try TaggedCases.buildChecking(entry, object, from: json, path: path) }
+        return try entry.build(object, path)
     }
 
-    /// Builds a case's value and checks its entry if it is due.
-    private static func decode(_ entry: Case, from json: JSON, path: LazyPath) throws -> Value {
+    /// Builds a case's value and checks its entry if it is due (for the generic decoder).
+    fileprivate static func decode(_ entry: Case, from json: JSON, path: LazyPath) throws -> Value {
         guard case .object(let object) = json else {
             throw AppCodingError("internal: \(Value.self).taggedCases was asked to build from \(json.canonicalString)")
         }
-        let value = try entry.build(object, path)
-        if entry.checked.needed { try check(entry, built: value, from: json, path: path) }
-        return value
+        if entry.checked.needed { return try buildChecking(entry, object, from: json, path: path) }
+        return try entry.build(object, path)
     }
 
-    /// Checks an entry against the `Codable` conformance: the value it built must encode as
-    /// the synthesized decoding of the same JSON does.
-    @usableFromInline static func check(_ entry: Case, built: Value, from json: JSON, path: LazyPath) throws {
-        if let problem = entry.problem { throw AppCodingError(problem) }
-        let fix = "fix that entry of \(Value.self).taggedCases (its constructor, or its member names in order)"
+    /// Builds a case's value from an entry not yet checked, and checks the entry.
+    @usableFromInline static func buildChecking(_ entry: Case, _ object: [JSONKey: JSON], from json: JSON,
+                                                path: LazyPath) throws -> Value {
+        let built: Value
+        do {
+            built = try entry.build(object, path)
+        } catch {
+            // A wrong entry can fail where Codable reads the action: say so rather than
+            // passing on a "missing member" the user cannot explain.
+            try check(entry, built: nil, from: json, path: path)
+            throw error
+        }
+        try check(entry, built: built, from: json, path: path)
+        return built
+    }
+
+    /// Checks an entry against the synthesized decoding of the same JSON, and marks it checked
+    /// when it passes.
+    ///
+    /// - Parameters:
+    ///   - entry: The entry.
+    ///   - built: What the entry built, or `nil` if building failed.
+    ///   - json: The action.
+    ///   - path: Its coding path.
+    /// - Throws: ``AppCodingError`` naming the entry and what to fix, when the entry reads other
+    ///   members than the synthesized decoding (for any values), or builds another value.
+    ///   Returns without marking when neither decoding can read this action.
+    @usableFromInline static func check(_ entry: Case, built: Value?, from json: JSON, path: LazyPath) throws {
+        if let problem = entry.problem { throw AppCodingError("\(describe(path.array)): \(problem)") }
+        let place = "\(describe(path.array)): the entry \"\(entry.tag)\" of \(Value.self).taggedCases"
+        let fix = "give it the enum case itself as the constructor and the members' wire names in declaration order"
+        let expected = entry.members.map { JSONKey($0) }
+        let recorder = MemberRecorder()
         let synthesized: Value
         do {
-            synthesized = try Value(from: TaggedDecoder(json: json, names: Value.memberNames, codingPath: path.array))
+            synthesized = try Value(from: TaggedDecoder(json: json, names: Value.memberNames, codingPath: path.array,
+                                                        recorder: recorder))
         } catch {
-            throw AppCodingError("\(Value.self).taggedCases decodes \(json.canonicalString) as case \"\(entry.tag)\", but its Codable conformance refuses it (\(codingMessage(error))); \(fix)")
+            // Codable refuses this action; the members it read before refusing must still agree.
+            guard expected.starts(with: recorder.names) else {
+                throw AppCodingError("\(place) names the members \(list(expected)), but Codable reads \(list(recorder.names)) first; \(fix)")
+            }
+            guard built == nil else {
+                throw AppCodingError("\(place) decodes \(json.canonicalString), which Codable refuses (\(codingMessage(error))); \(fix)")
+            }
+            return
+        }
+        guard recorder.names == expected else {
+            throw AppCodingError("\(place) names the members \(list(expected)), but Codable reads case \"\(entry.tag)\" from \(list(recorder.names)), in that order; \(fix)")
         }
         let encoder = JSONValueEncoder()
-        let mine = try encoder.encode(built), theirs = try encoder.encode(synthesized)
+        let theirs = try encoder.encode(synthesized)
+        guard let built else {
+            throw AppCodingError("\(place) cannot build \(json.canonicalString), which Codable reads as \(theirs.canonicalString); \(fix)")
+        }
+        let mine = try encoder.encode(built)
         guard mine.canonicalBytes == theirs.canonicalBytes else {
-            throw AppCodingError("\(Value.self).taggedCases builds \(mine.canonicalString) from \(json.canonicalString), but its Codable conformance reads \(theirs.canonicalString); \(fix)")
+            throw AppCodingError("\(place) builds \(mine.canonicalString) from \(json.canonicalString), but Codable reads \(theirs.canonicalString); \(fix)")
         }
         entry.checked.set()
     }
+}
+
+/// `["a", "b"]` for messages.
+private func list(_ names: [JSONKey]) -> String {
+    "[" + names.map { "\"\($0.string)\"" }.joined(separator: ", ") + "]"
 }
 
 /// Whether a table entry has been checked against the `Codable` conformance in this process.
@@ -199,8 +254,8 @@ public struct TaggedCases<Value: TaggedEnumCodable>: Sendable {
 
     init() {}
 
-    /// Whether the entry (still) has to be checked: until it passes once, and always in debug builds.
-    @usableFromInline var needed: Bool { _isDebugAssertConfiguration() || !done.load(ordering: .acquiring) }
+    /// Whether the entry still has to be checked: until it first passes.
+    @usableFromInline var needed: Bool { !done.load(ordering: .acquiring) }
 
     /// Records that the entry passed its check.
     func set() { done.store(true, ordering: .releasing) }
@@ -254,8 +309,8 @@ struct MemberKey: CodingKey {
     init?(intValue: Int) { nil }
 }
 
-/// Decodes an associated value from its member; an absent member reads as `null`, which only
-/// an optional accepts (as the synthesized `decodeIfPresent` does).
+/// Decodes an associated value from its member; an absent member is `nil` for an optional
+/// value and a refusal for any other, as the synthesized `decodeIfPresent` and `decode` have it.
 ///
 /// - Parameters:
 ///   - type: The value's type.
@@ -272,11 +327,15 @@ struct MemberKey: CodingKey {
     index += 1
     let memberPath = path.appending(MemberKey(key.string))
     guard let json = object[key] else {
-        do {
-            return try decodeValue(type, from: .null, path: memberPath)
-        } catch {
+        guard type is any AbsentIsNil.Type else {
             throw DecodingError.keyNotFound(MemberKey(key.string), .init(codingPath: path.array, debugDescription: "no member \"\(key.string)\""))
         }
+        return try decodeValue(type, from: .null, path: memberPath)
     }
     return try decodeValue(type, from: json, path: memberPath)
 }
+
+/// Optionals: an absent member decodes as `nil`.
+private protocol AbsentIsNil {}
+
+extension Optional: AbsentIsNil {}

@@ -55,6 +55,50 @@ enum Miscounted: TaggedEnumCodable, Equatable, Sendable {
     static let taggedCases = TaggedCases<Miscounted>(.case("pair", Miscounted.pair, "first"))
 }
 
+/// An optional member under the wrong name: wrong even when the member is absent.
+enum Misnamed: TaggedEnumCodable, Equatable, Sendable {
+    case tag(name: String?)
+    static let taggedCases = TaggedCases<Misnamed>(.case("tag", Misnamed.tag, "title"))
+}
+
+/// `memberNames` given by hand, disagreeing with the table.
+enum Disagreeing: TaggedEnumCodable, Equatable, Sendable {
+    case set(String)
+    static let memberNames = ["set": ["text"]]
+    static let taggedCases = TaggedCases<Disagreeing>(.case("set", Disagreeing.set, "value"))
+}
+
+/// A value that reads `null` but is not an optional.
+struct Blank: Codable, Equatable, Sendable {
+    var text: String?
+
+    init(text: String?) { self.text = text }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        text = container.decodeNil() ? nil : try container.decode(String.self)
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        if let text { try container.encode(text) } else { try container.encodeNil() }
+    }
+}
+
+/// A member that reads `null` but is not optional; a tag listed twice.
+enum Loose: TaggedEnumCodable, Equatable, Sendable {
+    case put(Blank)
+    case drop
+    static let taggedCases = TaggedCases<Loose>(.case("put", Loose.put, "value"), .case("drop", .drop),
+                                                .case("put", Loose.put, "other"))
+}
+
+/// Decoded for the first time from several tasks at once.
+enum Raced: TaggedEnumCodable, Equatable, Sendable {
+    case add(amount: Int)
+    static let taggedCases = TaggedCases<Raced>(.case("add", Raced.add, "amount"))
+}
+
 @Suite("TaggedCases: decoding tagged enums through a table of constructors")
 struct TaggedCasesTests {
     @Test("every case round-trips through the table, as through Codable; unlabeled values take the table's names")
@@ -129,10 +173,43 @@ struct TaggedCasesTests {
             }
         }
         let swapped = refusal(Swapped.self, ["type": "on"])
-        #expect(swapped.contains("Swapped.taggedCases") && swapped.contains("fix that entry"), "\(swapped)")
-        let crossed = refusal(Crossed.self, ["type": "move", "x": 1, "y": 2])
-        #expect(crossed.contains("Crossed.taggedCases"), "\(crossed)")
+        #expect(swapped.contains(#"the entry "on" of Swapped.taggedCases builds {"type":"off"}"#) && swapped.contains("give it the enum case itself"), "\(swapped)")
+        // Members out of order are found whatever the values: here x == y on first use.
+        let crossed = refusal(Crossed.self, ["type": "move", "x": 1, "y": 1])
+        #expect(crossed.contains(#"the entry "move" of Crossed.taggedCases names the members ["y", "x"]"#), "\(crossed)")
+        #expect(refusal(Crossed.self, ["type": "move", "x": 1, "y": 2]).contains("Crossed.taggedCases"))
         let miscounted = refusal(Miscounted.self, ["type": "pair", "first": 1, "_1": 2])
         #expect(miscounted.contains("names 1 member(s) for 2 associated value(s)"), "\(miscounted)")
+        // A misnamed optional is found even when the member is absent (it would read as nil).
+        let misnamed = refusal(Misnamed.self, ["type": "tag"])
+        #expect(misnamed.contains(#"names the members ["title"], but Codable reads case "tag" from ["name"]"#), "\(misnamed)")
+        // memberNames by hand that disagree with the table: the refusal names the entry, not
+        // only a missing member.
+        let disagreeing = refusal(Disagreeing.self, try JSONValueEncoder().encode(Disagreeing.set("x")))
+        #expect(disagreeing.contains("Disagreeing.taggedCases") && disagreeing.contains(#"["text"]"#), "\(disagreeing)")
+    }
+
+    @Test("an absent member is nil only for an optional, as through Codable; a tag listed twice keeps its first entry")
+    func absentMembers() throws {
+        do {
+            _ = try JSONValueDecoder().decode(Loose.self, from: ["type": "put"])
+            Issue.record("an absent JSON member is not null")
+        } catch {
+            #expect(error.message.contains(#"missing member "value""#), "\(error.message)")
+        }
+        #expect(try JSONValueDecoder().decode(Loose.self, from: ["type": "put", "value": nil]) == .put(Blank(text: nil)))
+        #expect(Loose.memberNames == ["put": ["value"]])
+        #expect(try JSONValueEncoder().encode(Loose.put(Blank(text: "7"))) == ["type": "put", "value": "7"])
+    }
+
+    @Test("first uses from several tasks at once all decode alike")
+    func concurrentFirstUse() async throws {
+        let results = try await withThrowingTaskGroup(of: Raced.self) { group in
+            for amount in 0..<16 {
+                group.addTask { try JSONValueDecoder().decode(Raced.self, from: ["type": "add", "amount": JSON(amount)]) }
+            }
+            return try await group.reduce(into: [Raced]()) { $0.append($1) }
+        }
+        #expect(Set(results.map { try? JSONValueEncoder().encode($0).canonicalString }).count == 16)
     }
 }

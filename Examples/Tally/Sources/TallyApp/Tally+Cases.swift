@@ -2,8 +2,8 @@ import SyncCore
 
 // BEGIN README tally cases example
 extension Tally.Action {
-    /// The cases with their constructors, so decoding builds each action straight from its
-    /// members instead of through `Codable` (which checks each entry on its first use).
+    /// The cases with their constructors: decoding builds each action straight from its
+    /// members, without `Decoder` containers (each entry is checked against Codable once).
     public static let taggedCases = TaggedCases<Tally.Action>(
         .case("add", Tally.Action.add, "name", "amount"),
         .case("reset", Tally.Action.reset, "at")
