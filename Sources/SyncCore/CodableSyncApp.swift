@@ -84,7 +84,7 @@ extension CodableSyncApp {
 
 extension CodableSyncApp where Action: TaggedEnumCodable {
     /// Decodes an action through its ``TaggedEnumCodable/taggedCases`` table when that lists
-    /// the action's `"type"`, else with ``JSONValueDecoder``.
+    /// the action's `"type"`, else through its synthesized `Codable` conformance.
     ///
     /// - Parameter json: The action's JSON.
     /// - Returns: The action.
@@ -95,6 +95,6 @@ extension CodableSyncApp where Action: TaggedEnumCodable {
         } catch {
             throw AppCodingError(codingMessage(error))
         }
-        return try JSONValueDecoder().decode(Action.self, from: json)
+        return try decodeThroughCodable(Action.self, from: json)
     }
 }

@@ -118,8 +118,8 @@ public struct TaggedCases<Value: TaggedEnumCodable>: Sendable {
                 names[entry.tag] = entry.members
             }
             memberNames = names
-            table = CaseTable(tags: cases.map { JSONKey($0.tag) }) { index, json, path in
-                try TaggedCases.decode(cases[index], from: json, path: path)
+            table = CaseTable(tags: cases.map { JSONKey($0.tag) }) { index, object, json, path in
+                try TaggedCases.build(cases[index], object, from: json, path: path)
             }
         }
     }
@@ -166,16 +166,11 @@ public struct TaggedCases<Value: TaggedEnumCodable>: Sendable {
     /// - Throws: When the case's members do not decode, or its entry fails its check.
     @inlinable func decode(_ json: JSON, path: LazyPath) throws -> Value? {
         guard let storage, let (index, object) = storage.table.find(json) else { return nil }
-        let entry = storage.cases[index]
-        if entry.checked.needed { return try TaggedCases.buildChecking(entry, object, from: json, path: path) }
-        return try entry.build(object, path)
+        return try TaggedCases.build(storage.cases[index], object, from: json, path: path)
     }
 
-    /// Builds a case's value and checks its entry if it is due (for the generic decoder).
-    fileprivate static func decode(_ entry: Case, from json: JSON, path: LazyPath) throws -> Value {
-        guard case .object(let object) = json else {
-            throw AppCodingError("internal: \(Value.self).taggedCases was asked to build from \(json.canonicalString)")
-        }
+    /// Builds a case's value from the action object's members, checking its entry if it is due.
+    @inlinable static func build(_ entry: Case, _ object: [JSONKey: JSON], from json: JSON, path: LazyPath) throws -> Value {
         if entry.checked.needed { return try buildChecking(entry, object, from: json, path: path) }
         return try entry.build(object, path)
     }
@@ -265,10 +260,11 @@ private func list(_ names: [JSONKey]) -> String {
 @usableFromInline final class CaseTable: Sendable {
     /// The entries' tags, in order.
     private let tags: [JSONKey]
-    /// Builds (and checks) the value of the entry at an index, as `Any`.
-    private let build: @Sendable (_ index: Int, _ json: JSON, _ path: LazyPath) throws -> Any
+    /// Builds (and checks) the value of the entry at an index from the action object's members, as `Any`.
+    private let build: @Sendable (_ index: Int, _ object: [JSONKey: JSON], _ json: JSON, _ path: LazyPath) throws -> Any
 
-    init(tags: [JSONKey], build: @escaping @Sendable (_ index: Int, _ json: JSON, _ path: LazyPath) throws -> Any) {
+    init(tags: [JSONKey],
+         build: @escaping @Sendable (_ index: Int, _ object: [JSONKey: JSON], _ json: JSON, _ path: LazyPath) throws -> Any) {
         self.tags = tags
         self.build = build
     }
@@ -290,8 +286,23 @@ private func list(_ names: [JSONKey]) -> String {
     ///
     /// - Returns: The value (of the table's enum type), or `nil` as ``find(_:)``.
     func decode(_ json: JSON, path: LazyPath) throws -> Any? {
-        guard let (index, _) = find(json) else { return nil }
-        return try build(index, json, path)
+        guard let (index, object) = find(json) else { return nil }
+        return try build(index, object, json, path)
+    }
+}
+
+/// Decodes a tagged enum through its synthesized `init(from:)` alone (a tag its table does not list).
+///
+/// - Parameters:
+///   - type: The enum.
+///   - json: The value's JSON.
+/// - Returns: The value.
+/// - Throws: ``AppCodingError`` naming the path and what was expected.
+@usableFromInline func decodeThroughCodable<E: TaggedEnumCodable>(_ type: E.Type, from json: JSON) throws(AppCodingError) -> E {
+    do {
+        return try E(from: TaggedDecoder(json: json, names: E.memberNames, codingPath: []))
+    } catch {
+        throw AppCodingError(codingMessage(error))
     }
 }
 
