@@ -9,4 +9,14 @@
 int csyncposix_accept4(int listener, int flags) { return accept4(listener, NULL, NULL, flags); }
 
 int csyncposix_pipe2(int ends[2], int flags) { return pipe2(ends, flags); }
+
+int csyncposix_peer_credentials(int fd, unsigned int *uid, unsigned int *gid, int *pid) {
+    struct ucred credentials;
+    socklen_t length = sizeof(credentials);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -1;
+    *uid = credentials.uid;
+    *gid = credentials.gid;
+    *pid = credentials.pid;
+    return 0;
+}
 #endif

@@ -52,7 +52,8 @@ public enum DataDirectory {
         do throws(StorageError) {
             let recovery = try FileLog.recover(directory: directory, fingerprint: engine.fingerprint, repair: repair,
                                                create: false)
-            lines.append("app \(engine.fingerprint), history \(recovery.history)")
+            let start = recovery.start
+            lines.append("app \(engine.fingerprint), history \(start.history), format \(recovery.format)")
             for (seq, path) in (try? FileLog.listSnapshots(directory)) ?? [] {
                 switch FileLog.readSnapshot(path) {
                 case .success(let snapshot):
@@ -61,17 +62,18 @@ public enum DataDirectory {
                     lines.append("snapshot \(error.message)")
                 }
             }
-            let segments = (try? FileLog.listSegments(directory)) ?? []
-            for (first, path) in segments {
+            for (first, name) in recovery.segments {
+                let path = directory + "/" + name
                 lines.append("segment \(path): first seq \(first), \(FileSystem.size(path) ?? 0) bytes")
             }
-            lines.append(contentsOf: recovery.warnings)
-            let sequencer = try Sequencer(engine: engine, log: MemoryLog(), history: recovery.history, recovery: recovery,
-                                          snapshotEvery: Int.max, commitEachAction: false, reload: { nil }, note: { _ in })
-            let first = recovery.records.first?.seq ?? (recovery.snapshot?.seq ?? 0)
-            lines.append("journal: \(recovery.records.count) records after the snapshot (seq \(first)…\(sequencer.seq)), contiguous, every checksum ok")
-            lines.append("recovered state: seq \(sequencer.seq), digest \(sequencer.currentSnapshot().digest)")
-            let torn = recovery.warnings.contains { $0.contains("torn tail") }
+            lines.append(contentsOf: start.warnings)
+            let sequencer = try Sequencer(engine: engine, log: ReplayLog(start), snapshotEvery: Int.max,
+                                          backlogActions: 0, backlogBytes: 0, checkpointEvery: 0, dedupWindow: 1,
+                                          note: { _ in })
+            let first = start.records.first?.seq ?? (start.snapshot?.seq ?? 0)
+            lines.append("journal: \(start.records.count) records after the snapshot (seq \(first)…\(sequencer.appliedSeq)), contiguous, every checksum ok")
+            lines.append("recovered state: seq \(sequencer.appliedSeq), digest \(sequencer.speculativeSnapshot().digest)")
+            let torn = start.warnings.contains { $0.contains("torn tail") }
             return Report(lines: lines, healthy: !torn || repair)
         } catch {
             lines.append(error.message)

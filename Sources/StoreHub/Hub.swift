@@ -74,11 +74,19 @@ public final class Hub<App: SyncApp>: Sendable {
         } catch {
             UnixSocket.close(ends.read)
             UnixSocket.close(ends.write)
-            throw HubError(error.message)
+            throw HubError(error.message, kind: error.isDataProblem ? .dataUnusable : .failed)
         }
         history = sequencer.history
         do throws(SystemError) {
-            listener = try UnixSocket.listen(at: configuration.socketPath)
+            if let fd = configuration.listeningDescriptor {
+                guard let path = Systemd.unixListenerPath(fd) else {
+                    throw SystemError("descriptor \(fd), passed by the service manager (LISTEN_FDS), is not a listening Unix stream socket; set ListenStream= to a path in the .socket unit")
+                }
+                listener = ListeningSocket(adopting: fd, path: path.isEmpty ? configuration.socketPath : path)
+            } else {
+                listener = try UnixSocket.listen(at: configuration.socketPath, mode: configuration.socketMode,
+                                                 group: configuration.socketGroup)
+            }
         } catch {
             sequencer.close()
             UnixSocket.close(ends.read)
@@ -90,40 +98,31 @@ public final class Hub<App: SyncApp>: Sendable {
 
     /// Opens the log (recovering the data directory, if any) and replays it into the root store.
     private static func makeSequencer(engine: HubEngine, configuration: HubConfiguration) throws(StorageError) -> Sequencer {
-        let log = configuration.log
-        guard let directory = configuration.dataDirectory else {
-            return try Sequencer(engine: engine, log: MemoryLog(), history: Digest.hex(UInt64.random(in: 0...UInt64.max)),
-                                 recovery: nil, snapshotEvery: configuration.snapshotEvery, commitEachAction: false,
-                                 backlogActions: configuration.retainedActions, backlogBytes: configuration.backlogBytes,
-                                 checkpointEvery: configuration.checkpointEvery, dedupWindow: configuration.dedupWindow,
-                                 reload: { nil }, note: log)
+        let note = configuration.log
+        let log: any HubLog
+        if let shared = configuration.sharedLog {
+            log = JetStreamLog(configuration: shared, fingerprint: engine.fingerprint, dataDirectory: configuration.dataDirectory,
+                               note: note)
+        } else if let directory = configuration.dataDirectory {
+            log = FileLog(directory: directory, fingerprint: engine.fingerprint, mode: configuration.fsync,
+                          retainedActions: UInt64(max(0, configuration.retainedActions)))
+        } else {
+            log = MemoryLog()
         }
         let started = ContinuousClock.now
-        let (fileLog, recovery) = try FileLog.open(directory: directory, fingerprint: engine.fingerprint,
-                                                   mode: configuration.fsync,
-                                                   retainedActions: UInt64(max(0, configuration.retainedActions)))
-        for warning in recovery.warnings { log("hubd: warning: \(warning)") }
-        let fingerprint = engine.fingerprint
-        let sequencer: Sequencer
-        do throws(StorageError) {
-            sequencer = try Sequencer(
-                engine: engine, log: fileLog, history: recovery.history, recovery: recovery,
-                snapshotEvery: configuration.snapshotEvery, commitEachAction: configuration.fsync == .always,
-                backlogActions: configuration.retainedActions, backlogBytes: configuration.backlogBytes,
-                checkpointEvery: configuration.checkpointEvery, dedupWindow: configuration.dedupWindow,
-                reload: { () throws(StorageError) -> FileLog.Recovery? in
-                    try FileLog.recover(directory: directory, fingerprint: fingerprint, repair: false, create: false)
-                },
-                note: log)
-        } catch {
-            fileLog.close()
-            throw error
+        let sequencer = try Sequencer(engine: engine, log: log, snapshotEvery: configuration.snapshotEvery,
+                                      backlogActions: configuration.retainedActions, backlogBytes: configuration.backlogBytes,
+                                      checkpointEvery: configuration.checkpointEvery, dedupWindow: configuration.dedupWindow,
+                                      note: note)
+        if let start = sequencer.recoveredFrom, !(log is MemoryLog) {
+            let elapsed = ContinuousClock.now - started
+            let milliseconds = Int(nanoseconds: elapsed) / 1_000_000
+            let files = start.sources.isEmpty ? "a new data directory" : start.sources.joined(separator: ", ")
+            let base = start.snapshot.map { "snapshot at seq \($0.seq)" } ?? "no snapshot"
+            let mode = configuration.sharedLog == nil ? "fsync \(configuration.fsync.rawValue)" : "log \(log.status.location)"
+            note("hubd: recovered seq \(sequencer.appliedSeq) (\(base) + \(start.records.count) journal records) from \(files) in \(milliseconds) ms; history \(start.history), \(mode)")
         }
-        let elapsed = ContinuousClock.now - started
-        let milliseconds = Int(nanoseconds: elapsed) / 1_000_000
-        let files = recovery.files.isEmpty ? "a new data directory" : recovery.files.joined(separator: ", ")
-        let base = recovery.snapshot.map { "snapshot at seq \($0.seq)" } ?? "no snapshot"
-        log("hubd: recovered seq \(sequencer.seq) (\(base) + \(recovery.records.count) journal records) from \(files) in \(milliseconds) ms; history \(recovery.history), fsync \(configuration.fsync.rawValue)")
+        sequencer.dropRecovery()
         return sequencer
     }
 
@@ -163,17 +162,29 @@ public final class Hub<App: SyncApp>: Sendable {
             throw HubError("this hub has already run")
         }
         let loop = HubLoop(sequencer: sequencer, configuration: configuration, hubID: hubID)
-        let storage = configuration.dataDirectory.map { "data directory \($0), fsync \(configuration.fsync.rawValue)" }
-            ?? "in memory: nothing survives this process (use --data-dir to keep the state)"
-        configuration.log("hubd: serving app \(App.fingerprint) on \(configuration.socketPath) (hub \(hubID), history \(history), \(storage))")
+        let storage: String
+        if let shared = configuration.sharedLog {
+            storage = "shared log \(shared.redacted)" + (configuration.dataDirectory.map { ", local snapshots in \($0)" } ?? "")
+        } else {
+            storage = configuration.dataDirectory.map { "data directory \($0), fsync \(configuration.fsync.rawValue)" }
+                ?? "in memory: nothing survives this process (use --data-dir to keep the state)"
+        }
+        let socket = listener.bound ? listener.path : "\(listener.path) (passed by the service manager)"
+        configuration.log("hubd: serving app \(App.fingerprint) on \(socket) (hub \(hubID), history \(history), \(storage)); admits \(loop.accessDescription); at most \(loop.clientLimit) clients")
+        if configuration.notifySystemd {
+            Systemd.notify("READY=1\nSTATUS=serving \(App.fingerprint) at seq \(loop.seq) on \(listener.path)\nMAINPID=\(getpid())")
+        }
         do throws(SystemError) {
             try loop.serve(listener: listener, wake: wakeRead, stopFD: stopFD, stopRequested: stopRequested)
         } catch {
             let socket = loop.socketRemoved ? "the socket removed" : "the socket left alone (the path no longer names this hub's socket)"
             throw HubError("the hub's event loop failed: \(error.message); every connection was closed and \(socket)", errno: error.errno)
         }
-        configuration.log(loop.socketRemoved
-            ? "hubd: stopped at seq \(loop.seq); socket \(configuration.socketPath) removed"
-            : "hubd: stopped at seq \(loop.seq); \(configuration.socketPath) now names another file, left in place")
+        if let broken = loop.brokenLog {
+            throw HubError("stopped at seq \(loop.seq) to stay consistent with its log: \(broken.message)", kind: .logBroken)
+        }
+        let where_ = listener.bound ? (loop.socketRemoved ? "socket \(listener.path) removed" : "\(listener.path) now names another file, left in place")
+            : "socket \(listener.path) left to the service manager"
+        configuration.log("hubd: stopped at seq \(loop.seq); \(where_)")
     }
 }

@@ -40,6 +40,25 @@ public enum FileSystem {
         }
     }
 
+    /// Writes every byte of an array, retrying short writes and `EINTR`.
+    ///
+    /// - Parameters:
+    ///   - fd: A file descriptor.
+    ///   - bytes: The bytes.
+    ///   - path: The file's path, for the error message.
+    /// - Throws: ``SystemError``.
+    public static func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws(SystemError) {
+        let result: Result<Void, SystemError> = bytes.withUnsafeBytes { raw in
+            do throws(SystemError) {
+                try writeAll(fd, raw, path: path)
+                return .success(())
+            } catch {
+                return .failure(error)
+            }
+        }
+        try result.get()
+    }
+
     /// Makes a file's data durable (`fsync`; `F_FULLFSYNC` on Apple platforms, where plain
     /// `fsync` does not reach the platter).
     ///
@@ -72,6 +91,17 @@ public enum FileSystem {
     public static func read(_ path: String) throws(SystemError) -> [UInt8] {
         let fd = try open(path, O_RDONLY)
         defer { _ = Glibc_close(fd) }
+        return try readAll(fd, path: path)
+    }
+
+    /// Reads everything left in an open file.
+    ///
+    /// - Parameters:
+    ///   - fd: The descriptor.
+    ///   - path: The file's path, for the error message.
+    /// - Returns: Its bytes.
+    /// - Throws: ``SystemError``.
+    public static func readAll(_ fd: Int32, path: String) throws(SystemError) -> [UInt8] {
         var result: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 1 << 20)
         while true {
@@ -92,17 +122,16 @@ public enum FileSystem {
     /// - Throws: ``SystemError``; the old file is then untouched.
     public static func writeAtomically(_ path: String, _ bytes: [UInt8]) throws(SystemError) {
         let temporary = path + ".tmp"
-        let fd = try open(temporary, O_WRONLY | O_CREAT | O_TRUNC)
+        let fd: Int32
         do throws(SystemError) {
-            let result: Result<Void, SystemError> = bytes.withUnsafeBytes { raw in
-                do throws(SystemError) {
-                    try writeAll(fd, raw, path: temporary)
-                    return .success(())
-                } catch {
-                    return .failure(error)
-                }
-            }
-            try result.get()
+            fd = try open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW)
+        } catch where error.errno == EEXIST {
+            // Left by a crash mid-write: never followed, removed, then created afresh.
+            _ = unlink(temporary)
+            fd = try open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW)
+        }
+        do throws(SystemError) {
+            try writeAll(fd, bytes, path: temporary)
             try sync(fd, path: temporary)
         } catch {
             _ = Glibc_close(fd)
@@ -159,9 +188,12 @@ public enum FileSystem {
             guard (info.st_mode & S_IFMT) == S_IFDIR else { throw SystemError("\(path) exists and is not a directory") }
             return
         }
-        guard mkdir(path, 0o700) == 0 || currentErrno() == EEXIST else {
+        guard mkdir(path, 0o700) == 0 else {
+            if currentErrno() == EEXIST { return }
             throw SystemError.lastCall("cannot create the directory \(path)")
         }
+        // The new entry in its parent must survive a power loss too.
+        try syncDirectory(parent(of: path))
     }
 
     /// Whether a file exists.

@@ -23,6 +23,34 @@ public struct ListeningSocket: Sendable {
     /// The device and inode of the socket file this process bound.
     let device: UInt64
     let inode: UInt64
+    /// Whether this process bound the socket (so it removes the path when it stops); `false`
+    /// for a socket passed by a service manager, which owns the path.
+    public var bound: Bool = true
+
+    init(fd: Int32, path: String, lockFD: Int32, device: UInt64, inode: UInt64) {
+        self.fd = fd
+        self.path = path
+        self.lockFD = lockFD
+        self.device = device
+        self.inode = inode
+    }
+
+    /// A listening socket passed by a service manager (systemd's socket activation): served
+    /// as it is, never unlinked; its path and mode are the manager's business.
+    ///
+    /// - Parameters:
+    ///   - fd: The listening descriptor (made non-blocking and close-on-exec here).
+    ///   - path: Its path, for messages (`getsockname`), or a description.
+    public init(adopting fd: Int32, path: String) {
+        self.fd = fd
+        self.path = path
+        self.lockFD = -1
+        self.device = 0
+        self.inode = 0
+        self.bound = false
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        _ = try? UnixSocket.setNonBlocking(fd)
+    }
 
     /// The lock file that serialises hubs on `path`.
     ///
@@ -45,6 +73,7 @@ public struct ListeningSocket: Sendable {
     @discardableResult
     public func close() -> Bool {
         UnixSocket.close(fd)
+        guard bound else { return false }
         let removed = ownsPath && unlink(path) == 0
         // The lock file itself stays: removing it would let two starting hubs lock two
         // different files of the same name.

@@ -10,11 +10,12 @@ import Synchronization
 /// The write end of the signal pipe, for the async-signal-safe handler (-1 when none).
 private let signalWriteEnd = Atomic<Int32>(-1)
 
-/// Turns SIGINT and SIGTERM into a readable byte on a pipe, so an event loop can poll for them.
+/// Turns SIGINT, SIGTERM and SIGHUP into a readable byte on a pipe, so an event loop can poll for them.
 ///
 /// The handler does only what is async-signal-safe: an atomic load and one `write`.
 public enum SignalPipe {
-    /// Installs handlers for SIGINT and SIGTERM and returns the pipe's read end.
+    /// Installs handlers for SIGINT, SIGTERM and SIGHUP (a closed terminal, or a service
+    /// manager's reload request: both mean a clean stop here) and returns the pipe's read end.
     ///
     /// - Returns: A non-blocking descriptor that becomes readable when a signal arrives;
     ///   each byte read is a signal number.
@@ -42,7 +43,7 @@ public enum SignalPipe {
         sigemptyset(&action.sa_mask)
         // SA_RESTART: a system call the signal interrupts is restarted rather than failing with EINTR.
         action.sa_flags = SA_RESTART
-        for number in [SIGINT, SIGTERM] {
+        for number in [SIGINT, SIGTERM, SIGHUP] {
             guard sigaction(number, &action, nil) == 0 else {
                 throw SystemError.lastCall("cannot install the handler for signal \(number)")
             }
@@ -51,7 +52,7 @@ public enum SignalPipe {
         return ends.read
     }
 
-    /// Unblocks SIGINT and SIGTERM on the calling thread (and threads it starts later).
+    /// Unblocks SIGINT, SIGTERM and SIGHUP on the calling thread (and threads it starts later).
     ///
     /// A process inherits its parent's signal mask; a supervisor or test runner that had
     /// them blocked would otherwise leave the process deaf to them.
@@ -60,6 +61,7 @@ public enum SignalPipe {
         sigemptyset(&unblock)
         sigaddset(&unblock, SIGINT)
         sigaddset(&unblock, SIGTERM)
+        sigaddset(&unblock, SIGHUP)
         pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
     }
 

@@ -45,11 +45,14 @@ public enum SocketPath {
         guard !path.utf8.contains(0) else { throw SystemError("socket path contains a NUL byte") }
     }
 
-    /// Creates the socket's directory (and missing parents) with mode 0700 if it does not exist.
+    /// Creates the socket's directory (and missing parents) if it does not exist: mode 0700,
+    /// or 0750 with its group set to `group` when the socket is shared with one.
     ///
-    /// - Parameter path: The socket path.
+    /// - Parameters:
+    ///   - path: The socket path.
+    ///   - group: The group the socket is shared with, if any.
     /// - Throws: ``SystemError`` when a directory cannot be created or a parent is not a directory.
-    public static func prepareDirectory(for path: String) throws(SystemError) {
+    public static func prepareDirectory(for path: String, group: UInt32? = nil) throws(SystemError) {
         let directory = parent(of: path)
         guard !directory.isEmpty, directory != "/" else { return }
         var info = stat()
@@ -60,10 +63,68 @@ public enum SocketPath {
             return
         }
         try prepareDirectory(for: directory)
-        if mkdir(directory, 0o700) != 0 && currentErrno() != EEXIST {
+        guard mkdir(directory, group == nil ? 0o700 : 0o750) == 0 else {
+            if currentErrno() == EEXIST { return }
             throw SystemError.lastCall("cannot create the socket directory \(directory)")
         }
+        if let group {
+            // Owner-only until the group is right; then the group may enter.
+            _ = chmod(directory, 0o700)
+            guard chown(directory, uid_t.max, group) == 0, chmod(directory, 0o750) == 0 else {
+                throw SystemError.lastCall("cannot give the socket directory \(directory) to group \(group)")
+            }
+        }
     }
+
+    /// Checks that the socket's directory can be trusted: a directory (not a symbolic link),
+    /// owned by one of `owners` (the effective user and root, and for a client the hub's user),
+    /// and writable by no one else — except a sticky directory owned by root, such as `/tmp`,
+    /// where no one can rename or remove another user's socket, and a directory writable by
+    /// the group the socket is shared with.
+    ///
+    /// - Parameters:
+    ///   - path: The socket path.
+    ///   - owners: The user ids a trusted directory may belong to.
+    ///   - sharedGroup: The group the operator shares the socket with, if any.
+    ///   - side: `"hub"` or `"client"`, for the message.
+    /// - Throws: ``SystemError`` naming the directory, its owner and mode, and what to do.
+    public static func checkDirectory(for path: String, owners: Set<UInt32>, sharedGroup: UInt32? = nil,
+                                      side: String) throws(SystemError) {
+        let directory = parent(of: path)
+        var info = stat()
+        guard lstat(directory, &info) == 0 else {
+            let code = currentErrno()
+            if code == ENOENT { return }
+            throw SystemError.lastCall("cannot examine the socket directory \(directory)")
+        }
+        let mode = UInt32(info.st_mode) & 0o7777
+        let described = "\(directory) (owner \(Accounts.userName(info.st_uid)), uid \(info.st_uid); mode \(String(mode, radix: 8)))"
+        if (info.st_mode & S_IFMT) == S_IFLNK {
+            throw SystemError("refusing the socket directory \(described): it is a symbolic link, which another user could point elsewhere; use a real directory (--socket, or $\(environmentVariable))", errno: ELOOP)
+        }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else {
+            throw SystemError("\(directory) exists and is not a directory; choose another --socket path", errno: ENOTDIR)
+        }
+        let who = side == "hub" ? "the hub's user" : "you"
+        guard owners.contains(info.st_uid) else {
+            throw SystemError("refusing the socket directory \(described): it belongs to another user, who could put their own socket there and read what is sent; remove it (as its owner or root) or choose a directory owned by \(who) or root with --socket", errno: EPERM)
+        }
+        let sticky = mode & UInt32(S_ISVTX) != 0
+        let otherWrite = mode & 0o002 != 0
+        let groupWrite = mode & 0o020 != 0
+        if (otherWrite || groupWrite) && !(sticky && info.st_uid == 0) {
+            if otherWrite || !(groupWrite && sharedGroup != nil && sharedGroup == info.st_gid) {
+                throw SystemError("refusing the socket directory \(described): \(otherWrite ? "everyone" : "its group") may write in it, so another user could replace the socket; run chmod go-w \(directory) (or chmod 0700), or choose another --socket path", errno: EPERM)
+            }
+        }
+    }
+
+    /// Where the hub binds its socket before renaming it into place: `PATH.new`, beside it
+    /// (only the holder of `PATH.lock` uses it).
+    ///
+    /// - Parameter path: The socket path.
+    /// - Returns: The staging path.
+    public static func stagingPath(for path: String) -> String { path + ".new" }
 
     /// The directory part of a path ("." for a bare name).
     ///

@@ -28,20 +28,28 @@ public enum UnixSocket {
 
     /// Binds and listens on `path`, replacing a stale socket file but never a live hub.
     ///
-    /// The socket's directory is created with mode 0700 if missing; the socket gets mode
-    /// 0600. Start-up is serialised by an exclusive `flock` on `PATH.lock` (kept for the
-    /// listener's life), so two hubs starting together cannot both decide the path is free;
-    /// a socket file nobody accepts on (left by a hub that died) is then removed.
+    /// The socket's directory is created if missing (mode 0700, or 0750 for a shared group)
+    /// and must pass ``SocketPath/checkDirectory(for:owners:sharedGroup:side:)``. Start-up is
+    /// serialised by an exclusive `flock` on `PATH.lock` (kept for the listener's life), so two
+    /// hubs starting together cannot both decide the path is free; a socket file nobody accepts
+    /// on (left by a hub that died) is then removed. The socket is bound at a private staging
+    /// name beside the path (`PATH.lock` holds it for this hub), given its group and `mode`,
+    /// and only then renamed into place, so the path never names a socket more open than asked for.
     ///
     /// - Parameters:
     ///   - path: The socket path.
+    ///   - mode: The socket file's mode (default 0600: the hub's user only).
+    ///   - group: The group the socket is shared with, if any.
     ///   - backlog: The `listen` backlog.
     /// - Returns: The listener (non-blocking and close-on-exec), which remembers the inode it bound.
-    /// - Throws: ``SystemError`` when the path is too long or unusable, another hub holds the
-    ///   lock or listens there, the path is some other kind of file, or a system call fails.
-    public static func listen(at path: String, backlog: Int32 = 128) throws(SystemError) -> ListeningSocket {
+    /// - Throws: ``SystemError`` when the path is too long or unusable, the directory cannot be
+    ///   trusted, another hub holds the lock or listens there, the path is some other kind of
+    ///   file, or a system call fails.
+    public static func listen(at path: String, mode: mode_t = 0o600, group: UInt32? = nil,
+                              backlog: Int32 = 128) throws(SystemError) -> ListeningSocket {
         try SocketPath.validate(path)
-        try SocketPath.prepareDirectory(for: path)
+        try SocketPath.prepareDirectory(for: path, group: group)
+        try SocketPath.checkDirectory(for: path, owners: [geteuid(), 0], sharedGroup: group, side: "hub")
         let lockPath = ListeningSocket.lockPath(for: path)
         let lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard lockFD >= 0 else { throw SystemError.lastCall("cannot open the lock file \(lockPath)") }
@@ -72,23 +80,42 @@ public enum UnixSocket {
             }
             fd = try makeSocket()
             let listening = fd
-            try withAddress(path) { (address, length) throws(SystemError) in
+            // Bound at a private name, given its owner, group and mode, and only then renamed
+            // into place (atomically): the path never names a socket more open than asked for,
+            // and no process-wide umask is touched (other threads may be creating files).
+            // A path at the length limit has no room for the staging suffix: it is bound in place,
+            // where the peer check still turns away anyone the mode let in for that moment.
+            var staging = SocketPath.stagingPath(for: path)
+            if staging.utf8.count > SocketPath.maxLength { staging = path }
+            if staging != path { _ = unlink(staging) }
+            try withAddress(staging) { (address, length) throws(SystemError) in
                 guard bind(listening, address, length) == 0 else {
                     throw SystemError.lastCall("cannot bind the socket \(path)")
                 }
             }
-            guard lstat(path, &info) == 0 else { throw SystemError.lastCall("cannot stat the new socket \(path)") }
-            let bound = ListeningSocket(fd: fd, path: path, lockFD: lockFD, device: UInt64(info.st_dev),
-                                        inode: UInt64(info.st_ino))
             do throws(SystemError) {
-                guard chmod(path, 0o600) == 0 else { throw SystemError.lastCall("cannot set mode 0600 on \(path)") }
+                if let group, chown(staging, uid_t.max, group) != 0 {
+                    throw SystemError.lastCall("cannot give the socket \(path) to group \(group)")
+                }
+                guard chmod(staging, mode) == 0 else { throw SystemError.lastCall("cannot set mode \(String(mode, radix: 8)) on \(path)") }
+                guard staging == path || rename(staging, path) == 0 else {
+                    throw SystemError.lastCall("cannot move the socket into place at \(path)")
+                }
+            } catch {
+                _ = unlink(staging)
+                throw error
+            }
+            guard lstat(path, &info) == 0 else { throw SystemError.lastCall("cannot stat the new socket \(path)") }
+            let listener = ListeningSocket(fd: fd, path: path, lockFD: lockFD, device: UInt64(info.st_dev),
+                                           inode: UInt64(info.st_ino))
+            do throws(SystemError) {
                 guard Glibc_listen(fd, backlog) == 0 else { throw SystemError.lastCall("cannot listen on \(path)") }
                 try setNonBlocking(fd)
             } catch {
-                bound.close()
+                listener.close()
                 throw error
             }
-            return bound
+            return listener
         } catch {
             if fd >= 0 { close(fd) }
             close(lockFD)

@@ -38,6 +38,14 @@ public enum ErrorCode: String, Sendable, CaseIterable, CustomStringConvertible {
     /// The connection sent no complete `hello` (nor a `status` or `sync`) within the hub's
     /// `--idle-timeout`, or held half a frame that long; the hub closed it.
     case timeout = "timeout"
+    /// A `hello` member is out of bounds: `name` longer than 256 bytes, or `session` empty
+    /// or longer than 128 bytes (UTF-8).
+    case badHello = "bad-hello"
+    /// The hub already serves its `--max-clients` connections; this one was closed at once.
+    case tooManyClients = "too-many-clients"
+    /// The connecting process's user may not use this hub (peer credentials: only the hub's
+    /// own user, root, and the users or group the operator admitted).
+    case forbidden = "forbidden"
 
     /// The wire string, e.g. `bad-frame`.
     public var description: String { rawValue }
@@ -79,4 +87,11 @@ public struct WireError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// The wire form.
     public var json: JSON { ["code": .string(rawCode), "message": .string(message)] }
+}
+
+/// The StoreSync version, from one place: `hubd --version`, `replica-cli --version`, and the
+/// commands of your own app built on `StoreSyncCommands`.
+public enum StoreSyncVersion {
+    /// The library's version.
+    public static let current = "1.1.0"
 }

@@ -91,6 +91,11 @@ public struct ResumePoint: Sendable, Equatable {
 public enum ClientMessage: Sendable, Equatable {
     /// The longest `session` a `hello` may carry, in UTF-8 bytes.
     public static let maxSessionBytes = 128
+    /// The longest `name` a `hello` may carry, in UTF-8 bytes.
+    public static let maxNameBytes = 256
+    /// The longest string dispatch id, in UTF-8 bytes (a longer one is refused with
+    /// `reject` `bad-action`).
+    public static let maxIDBytes = 128
 
     /// Attach as a replica: `{"type":"hello","protocol":1,"app":"json","fingerprint":"…","name":"…"}`,
     /// optionally resuming from a seq of a history (`"resume":{"history":H,"seq":N}`).
@@ -133,6 +138,9 @@ public enum ClientMessage: Sendable, Equatable {
             }
             let fingerprint = try Self.optionalString(members, "fingerprint")
             let name = try Self.optionalString(members, "name")
+            if let name, name.utf8.count > Self.maxNameBytes {
+                throw WireError(.badHello, "hello member \"name\" is \(name.utf8.count) bytes; a name is at most \(Self.maxNameBytes) bytes (UTF-8)")
+            }
             var resume: ResumePoint?
             if let raw = members["resume"], !raw.isNull {
                 guard let history = raw["history"]?.stringValue, let seq = raw["seq"]?.intValue, seq >= 0 else {
@@ -142,8 +150,11 @@ public enum ClientMessage: Sendable, Equatable {
             }
             var session: String?
             if let raw = members["session"], !raw.isNull {
-                guard let text = raw.stringValue, (1...Self.maxSessionBytes).contains(text.utf8.count) else {
+                guard let text = raw.stringValue else {
                     throw WireError(.badFrame, "hello member \"session\" must be a string of 1 to \(Self.maxSessionBytes) bytes (UTF-8), the same on every reconnect of this client")
+                }
+                guard (1...Self.maxSessionBytes).contains(text.utf8.count) else {
+                    throw WireError(.badHello, "hello member \"session\" is \(text.utf8.count) bytes; a session is 1 to \(Self.maxSessionBytes) bytes (UTF-8), the same on every reconnect of this client")
                 }
                 session = text
             }
@@ -212,6 +223,10 @@ public struct ReplicaInfo: Sendable, Equatable {
     public let queuedBytes: Int?
     /// Actions sequenced that the hub has not yet written to it (`lag`), if the hub says.
     public let lag: Int?
+    /// The user id of the process at the other end (`uid`), if the hub says.
+    public let uid: Int?
+    /// The process id at the other end (`pid`), if the hub says.
+    public let pid: Int?
 
     /// Creates an entry.
     ///
@@ -220,11 +235,15 @@ public struct ReplicaInfo: Sendable, Equatable {
     ///   - name: The name.
     ///   - queuedBytes: Bytes the hub has queued for it.
     ///   - lag: Actions not yet written to it.
-    public init(replica: Int, name: String, queuedBytes: Int? = nil, lag: Int? = nil) {
+    ///   - uid: The peer's user id.
+    ///   - pid: The peer's process id.
+    public init(replica: Int, name: String, queuedBytes: Int? = nil, lag: Int? = nil, uid: Int? = nil, pid: Int? = nil) {
         self.replica = replica
         self.name = name
         self.queuedBytes = queuedBytes
         self.lag = lag
+        self.uid = uid
+        self.pid = pid
     }
 }
 
@@ -252,6 +271,9 @@ public struct HubStatus: Sendable, Equatable {
     /// Storage facts (`storage`): data directory, fsync mode, journal bytes and segments,
     /// newest snapshot seq, last fsync latency; `null` members for an in-memory hub.
     public var storage: JSON?
+    /// For a hub on a log shared with other hubs (`log`): its kind, servers, stream, the
+    /// log's last seq, the hub's applied seq and whether it is connected; `nil` otherwise.
+    public var log: JSON?
 
     /// Creates a status.
     ///
@@ -268,7 +290,7 @@ public struct HubStatus: Sendable, Equatable {
     ///   - storage: Storage facts.
     public init(protocolVersion: Int, app: String, fingerprint: String, hub: String, seq: UInt64,
                 digest: String, replicas: [ReplicaInfo], maxFrameBytes: Int? = nil, history: String? = nil,
-                storage: JSON? = nil) {
+                storage: JSON? = nil, log: JSON? = nil) {
         self.protocolVersion = protocolVersion
         self.app = app
         self.fingerprint = fingerprint
@@ -279,6 +301,7 @@ public struct HubStatus: Sendable, Equatable {
         self.maxFrameBytes = maxFrameBytes
         self.history = history
         self.storage = storage
+        self.log = log
     }
 }
 
@@ -402,12 +425,15 @@ public enum HubMessage: Sendable, Equatable {
                     var entry: [JSONKey: JSON] = ["replica": JSON(info.replica), "name": .string(info.name)]
                     if let queued = info.queuedBytes { entry["queued_bytes"] = JSON(queued) }
                     if let lag = info.lag { entry["lag"] = JSON(lag) }
+                    if let uid = info.uid { entry["uid"] = JSON(uid) }
+                    if let pid = info.pid { entry["pid"] = JSON(pid) }
                     return .object(entry)
                 }),
             ]
             if let limit = status.maxFrameBytes { members["max_frame_bytes"] = JSON(limit) }
             if let history = status.history { members["history"] = .string(history) }
             if let storage = status.storage { members["storage"] = storage }
+            if let log = status.log { members["log"] = log }
             return .object(members)
         case .synced(let seq, let id):
             guard let id else { return ["type": "synced", "seq": JSON(seq)] }
@@ -505,14 +531,16 @@ public enum HubMessage: Sendable, Equatable {
                     throw WireError(.badFrame, "status replicas need an integer \"replica\"")
                 }
                 replicas.append(ReplicaInfo(replica: replica, name: entry["name"]?.stringValue ?? "",
-                                            queuedBytes: entry["queued_bytes"]?.intValue, lag: entry["lag"]?.intValue))
+                                            queuedBytes: entry["queued_bytes"]?.intValue, lag: entry["lag"]?.intValue,
+                                            uid: entry["uid"]?.intValue, pid: entry["pid"]?.intValue))
             }
             self = .status(HubStatus(protocolVersion: try int("protocol"), app: try string("app"),
                                      fingerprint: try string("fingerprint"), hub: try string("hub"),
                                      seq: try seq("seq"), digest: try string("digest"), replicas: replicas,
                                      maxFrameBytes: try optionalInt("max_frame_bytes"),
                                      history: m["history"]?.stringValue,
-                                     storage: m["storage"].flatMap { $0.objectValue == nil ? nil : $0 }))
+                                     storage: m["storage"].flatMap { $0.objectValue == nil ? nil : $0 },
+                                     log: m["log"].flatMap { $0.objectValue == nil ? nil : $0 }))
         case "synced":
             var syncID: DispatchID?
             if let raw = m["id"], !raw.isNull {

@@ -165,7 +165,7 @@ extension MultiProcessTests {
             let journal = try await Self.journalOf(6, fixture: fixture, data: data)
             try Self.flipByte(journal, at: 20)   // inside the first record's body
             let hub = try fixture.spawn("hubd", ["--socket", fixture.socket, "--app", "json", "--data-dir", data])
-            #expect(try await hub.waitForExit() == 1)
+            #expect(try await hub.waitForExit() == 4)
             #expect(hub.errorLines.contains { $0.contains(journal) && $0.contains("offset 0") && $0.contains("backup") },
                     "\(hub.errorLines)")
             let check = try fixture.spawn("hubd", ["--check-data", data])
@@ -211,7 +211,7 @@ extension MultiProcessTests {
             first.signal(SIGTERM)
             #expect(try await first.waitForExit() == 0)
             let counter = try fixture.spawn("hubd", ["--socket", fixture.socket, "--app", "counter", "--data-dir", data])
-            #expect(try await counter.waitForExit() == 1)
+            #expect(try await counter.waitForExit() == 4)
             #expect(counter.errorLines.contains { $0.contains("app-mismatch") && $0.contains("json@1") && $0.contains("counter@1") },
                     "\(counter.errorLines)")
             for flags in [["--fsync", "always"], ["--snapshot-every", "10"], ["--dedup-window", "5"]] {
@@ -339,7 +339,9 @@ extension MultiProcessTests {
             #expect(snapshots.count <= 2, "\(files)")
             #expect(segments.count <= 3, "\(files)")
             let journalBytes = segments.reduce(0) { $0 + (FileSystem.size(data + "/" + $1) ?? 0) }
-            #expect(journalBytes < 200 * 80, "journal holds \(journalBytes) bytes after compaction")
+            // About 150 records of 80 bytes, each with its commit mark (28 bytes): bounded by the
+            // retained window, not by the 1,000 actions.
+            #expect(journalBytes < 200 * 110, "journal holds \(journalBytes) bytes after compaction")
             replica.close()
             hub.stop()
             try await waitUntil("the hub to stop") { finished.load(ordering: .acquiring) }

@@ -148,33 +148,63 @@ extension MultiProcessTests {
 extension MultiProcessTests {
     @Suite("Resource exhaustion")
     struct ResourceExhaustion {
-        @Test("out of file descriptors, hubd keeps serving its clients, logs once, and accepts again later")
+        @Test("with few descriptors, hubd serves up to its client limit, refuses more with too-many-clients, and keeps serving")
         func outOfDescriptors() async throws {
             let fixture = try Fixture()
             defer { fixture.shutdown() }
-            // A low open-files limit: the hub's own descriptors plus a handful of clients.
-            let hub = try fixture.spawn("/bin/sh", ["-c", "ulimit -n 16 && exec \"$0\" --socket \"$1\" --app json",
-                                                     try Executables.url("hubd").path, fixture.socket])
+            // A low open-files limit (soft and hard): 32 of it are kept for the hub's own files.
+            let hub = try fixture.spawn("/bin/sh", ["-c", "ulimit -n 48 && exec \"$0\" --socket \"$1\" --app json --data-dir \"$2\"",
+                                                     try Executables.url("hubd").path, fixture.socket, fixture.directory + "/data"])
             try await waitUntil("hubd to listen") { (try? HubStatusProbe.status(fixture.socket)) != nil }
+            #expect(hub.errorLines.contains { $0.contains("open-files limit 48") }, "\(hub.errorLines)")
+            #expect(hub.errorLines.contains { $0.contains("at most 24 clients") }, "\(hub.errorLines)")
             let first = try fixture.attachedRawClient(name: "first")
             defer { first.close() }
             var extra: [RawClient] = []
             defer { extra.forEach { $0.close() } }
-            for _ in 0..<20 { extra.append(try RawClient(path: fixture.socket)) }   // queue up beyond the limit
-            try await waitUntil("the hub to report that it cannot accept") {
-                hub.errorLines.contains { $0.contains("cannot accept new connections") }
+            var refused = 0
+            for _ in 0..<30 {
+                let client = try RawClient(path: fixture.socket)
+                try client.send(["type": "status"])
+                let answer = try client.receive()
+                if answer["type"] == "error" {
+                    #expect(answer["error"]?["code"] == "too-many-clients", "\(answer)")
+                    #expect(try client.receiveOrEOF() == nil)
+                    refused += 1
+                    client.close()
+                } else {
+                    #expect(answer["type"] == "status")
+                    extra.append(client)
+                }
             }
-            // The attached client is still served while accepting is paused.
+            #expect(extra.count == 23 && refused == 7, "served \(extra.count), refused \(refused)")
+            try await waitUntil("the refusals to be logged") { hub.errorLines.contains { $0.contains("--max-clients 24") } }
+            // The attached client is still served.
             try first.send(["type": "dispatch", "id": 1, "action": ["type": "set", "path": "/a", "value": 1]])
             #expect(try first.receive()["seq"] == 1)
-            // Free the descriptors: the queued connections are accepted and served.
+            // Free some: new connections are served again.
             extra.forEach { $0.close() }
             extra.removeAll()
-            try await waitUntil("the hub to accept again") { (try? HubStatusProbe.status(fixture.socket))?.seq == 1 }
-            // Logged once per episode of failures (the old loop logged, and spun, thousands of times a second).
-            let episodes = hub.errorLines.filter { $0.contains("cannot accept new connections") }.count
-            #expect((1...20).contains(episodes), "\(episodes) accept-failure episodes logged")
-            #expect(hub.errorLines.contains { $0.contains("accepting connections again") })
+            try await waitUntil("the hub to serve again") { (try? HubStatusProbe.status(fixture.socket))?.seq == 1 }
+            #expect(hub.isRunning)
+        }
+
+        @Test("--max-clients: the next connection gets too-many-clients, and one more is served once one leaves")
+        func maxClients() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let hub = try await fixture.startHub(app: "json", extra: ["--max-clients", "2"])
+            let a = try fixture.attachedRawClient(name: "a")
+            defer { a.close() }
+            let b = try RawClient(path: fixture.socket)
+            try b.send(["type": "status"])
+            #expect(try b.receive()["type"] == "status")
+            let c = try RawClient(path: fixture.socket)
+            defer { c.close() }
+            let refusal = try c.receive()
+            #expect(refusal["type"] == "error" && refusal["error"]?["code"] == "too-many-clients", "\(refusal)")
+            b.close()
+            try await waitUntil("a slot to free up") { (try? HubStatusProbe.status(fixture.socket)) != nil }
             #expect(hub.isRunning)
         }
     }

@@ -108,14 +108,16 @@ extension MultiProcessTests {
                 let full = try client.receive()
                 #expect(full["resumed"] == false && full["seq"] == 5 && full["state"] == ["n": 5], "\(full)")
             }
-            // Malformed resume or session: bad-frame.
-            for bad in [hello(resume: ["seq": 1]), hello(resume: ["history": "h", "seq": -1]), hello(session: ""),
-                        hello(session: 7), hello(session: .string(String(repeating: "s", count: 129)))] {
+            // Malformed resume or session: bad-frame; a session of the wrong length: bad-hello.
+            for (bad, code): (JSON, JSON) in [(hello(resume: ["seq": 1]), "bad-frame"),
+                                              (hello(resume: ["history": "h", "seq": -1]), "bad-frame"),
+                                              (hello(session: 7), "bad-frame"), (hello(session: ""), "bad-hello"),
+                                              (hello(session: .string(String(repeating: "s", count: 129))), "bad-hello")] {
                 let client = try RawClient(path: hub.fixture.socket)
                 defer { client.close() }
                 try client.send(bad)
                 let error = try client.receive()
-                #expect(error["type"] == "error" && error["error"]?["code"] == "bad-frame", "\(bad) → \(error)")
+                #expect(error["type"] == "error" && error["error"]?["code"] == code, "\(bad) → \(error)")
             }
         }
 

@@ -23,9 +23,9 @@ private func frames(seqs: ClosedRange<UInt64>, size: Int) -> (bytes: [UInt8], st
 
 /// Writes what a connection is owed in pieces of at most `step` bytes (as a socket taking a
 /// little at a time would) and returns the bytes in the order they would reach the client.
-private func drain(_ connection: Connection, _ backlog: Backlog, step: Int) -> [UInt8] {
+private func drain(_ connection: inout ConnectionOutput, _ backlog: Backlog, step: Int) -> [UInt8] {
     var written: [UInt8] = []
-    while connection.pendingBytes(end: backlog.end) > 0 {
+    while connection.pending(end: backlog.end) > 0 {
         let taken: [UInt8] = connection.withOutput(backlog: backlog, maxPieces: 3) { vectors in
             var bytes: [UInt8] = []
             for vector in vectors where bytes.count < step {
@@ -83,7 +83,7 @@ struct SharedBacklogTests {
     @Test("a window of no frames (minimum 0, budget 0) still keeps what a reader needs, and seqs stay contiguous")
     func emptyWindowKeepsReaders() {
         let backlog = Backlog(minimumActions: 0, maximumBytes: 0, blockBytes: 16)
-        let connection = Connection(fd: -1, maxFrameBytes: 1 << 20)
+        var connection = ConnectionOutput()
         connection.cursor = backlog.end
         connection.follows = true
         for seq in UInt64(1)...4 {
@@ -94,14 +94,14 @@ struct SharedBacklogTests {
         }
         // Nothing is held for resuming, but the reader still gets every frame, in order.
         #expect(backlog.position(after: 0) == nil && backlog.position(after: 4) == backlog.end)
-        #expect(drain(connection, backlog, step: 5) == (1...4).flatMap { Array(repeating: UInt8($0), count: 8) })
+        #expect(drain(&connection, backlog, step: 5) == (1...4).flatMap { Array(repeating: UInt8($0), count: 8) })
     }
 
     @Test("private messages go out exactly between the shared frames they were queued after, however the socket splits writes")
     func privateMessagesInterleave() {
         for step in [1, 3, 7, 10, 64, 1000] {
             let backlog = Backlog(minimumActions: 100, maximumBytes: 1 << 20)
-            let connection = Connection(fd: -1, maxFrameBytes: 1 << 20)
+            var connection = ConnectionOutput()
             connection.queue([200, 200], after: 0)          // a status reply before attaching
             let batch1 = frames(seqs: 1...2, size: 4)
             backlog.append(batch1.bytes, starts: batch1.starts, first: 1)
@@ -114,8 +114,8 @@ struct SharedBacklogTests {
             let batch3 = frames(seqs: 5...5, size: 4)
             backlog.append(batch3.bytes, starts: batch3.starts, first: 5)
             let expected: [UInt8] = [200, 200, 201] + batch2.bytes + [202, 202, 202] + batch3.bytes
-            #expect(connection.pendingBytes(end: backlog.end) == expected.count)
-            #expect(drain(connection, backlog, step: step) == expected, "step \(step)")
+            #expect(connection.pending(end: backlog.end) == expected.count)
+            #expect(drain(&connection, backlog, step: step) == expected, "step \(step)")
             #expect(connection.cursor == backlog.end)
         }
     }
@@ -123,7 +123,7 @@ struct SharedBacklogTests {
     @Test("a replica leaving the stream half-way through a frame gets the rest of it, then only what was due before")
     func leaveMidFrame() {
         let backlog = Backlog(minimumActions: 100, maximumBytes: 1 << 20)
-        let connection = Connection(fd: -1, maxFrameBytes: 1 << 20)
+        var connection = ConnectionOutput()
         connection.cursor = backlog.end
         connection.follows = true
         let batch = frames(seqs: 1...3, size: 6)
@@ -136,7 +136,7 @@ struct SharedBacklogTests {
         let rest = backlog.copy(from: cursor, to: backlog.frameEnd(containing: cursor))
         connection.leaveStream(carry: rest)
         connection.queue([77], after: 0) // the error
-        #expect(drain(connection, backlog, step: 4) == Array(repeating: 2, count: 3) + [77])
+        #expect(drain(&connection, backlog, step: 4) == Array(repeating: 2, count: 3) + [77])
         #expect(connection.cursor == nil)
     }
 

@@ -10,6 +10,9 @@
 int csyncposix_accept4(int listener, int flags);
 /// pipe2(2): both ends get `flags` (O_CLOEXEC, O_NONBLOCK) atomically.
 int csyncposix_pipe2(int ends[2], int flags);
+/// SO_PEERCRED: the credentials of a Unix socket's peer (struct ucred needs _GNU_SOURCE).
+/// Returns 0, or -1 with errno set.
+int csyncposix_peer_credentials(int fd, unsigned int *uid, unsigned int *gid, int *pid);
 #endif
 
 #endif

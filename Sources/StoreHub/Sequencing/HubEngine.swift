@@ -1,16 +1,25 @@
 import SyncCore
 
-/// Everything the hub's event loop needs from the app, as closures over the root store.
+/// The app's work for the hub, as closures over two copies of the state: the **root** state
+/// (every applied action, in log order) and the **speculative** state (the root plus the
+/// proposals not yet in the log), against which new dispatches are validated.
+///
+/// A proposal never touches the root: when the log appends it, the applier applies it there
+/// (or, when every proposal made since the two were equal is in the log in the same order,
+/// adopts the speculative state in O(1)); when the log refuses it, the speculative state is
+/// reset to the root in O(1) (value types share storage until written). So a failed commit
+/// never leaves the root state ahead of the log.
 ///
 /// The loop itself is not generic. The closures are built by `Hub`'s `@inlinable`
 /// initialiser, so they are compiled specialised for the concrete app in the module that
 /// creates the hub: decoding and applying an action costs no generic look-ups per frame.
+/// Used on the event-loop thread only (the box is not locked).
 @usableFromInline
 struct HubEngine: Sendable {
-    /// What happened to a dispatched action.
+    /// What happened to an action.
     @usableFromInline
     enum Outcome: Sendable {
-        /// Decoded and applied to the root store: it may be sequenced.
+        /// Decoded and applied.
         case applied
         /// Not an action of this app (`bad-action`).
         case badAction(String)
@@ -18,51 +27,87 @@ struct HubEngine: Sendable {
         case rejected(String)
     }
 
+    /// Which copy of the state.
+    @usableFromInline
+    enum Copy: Sendable {
+        case root, speculative
+    }
+
     /// The app's name (`hello.app` must equal it).
     @usableFromInline let appName: String
     /// The app's fingerprint.
     @usableFromInline let fingerprint: String
-    /// Decodes a wire action and applies it to the root store.
+    /// Decodes a dispatched action and applies it to the speculative state (`--check-determinism`
+    /// applies).
+    @usableFromInline let propose: @Sendable (JSON) -> Outcome
+    /// Decodes a logged action and applies it to the root state: never `--check-determinism`ed
+    /// (the record was accepted once, and refusing it now would keep the hub from going on).
     @usableFromInline let apply: @Sendable (JSON) -> Outcome
-    /// Applies a recovered journal record: never `--check-determinism`ed (the record was
-    /// accepted once, and refusing it now would keep the hub from starting).
-    @usableFromInline let replay: @Sendable (JSON) -> Outcome
-    /// The root store's state as JSON.
-    @usableFromInline let snapshot: @Sendable () -> JSON
-    /// Replaces the root store's state with a decoded snapshot (recovery and rollback).
+    /// Makes the root state the speculative one (every proposal was appended, in order).
+    @usableFromInline let adopt: @Sendable () -> Void
+    /// Makes the speculative state the root one again (proposals refused or voided).
+    @usableFromInline let reset: @Sendable () -> Void
+    /// A copy of the state as JSON.
+    @usableFromInline let snapshot: @Sendable (Copy) -> JSON
+    /// Replaces both states with a decoded one (recovery).
     @usableFromInline let restore: @Sendable (JSON) -> AppCodingError?
     /// Whether a state's JSON decodes with the app (without installing it).
     @usableFromInline let validate: @Sendable (JSON) -> AppCodingError?
     /// The app's initial state as JSON (a history without a snapshot starts from it).
     @usableFromInline let initialState: JSON
 
+    /// The two states, owned by the event-loop thread.
+    @usableFromInline
+    final class States<State>: @unchecked Sendable {
+        // @unchecked: the hub touches these only from its event-loop thread (and from `Hub.init`
+        // before that thread starts); the box exists so the engine's closures can share them.
+        @usableFromInline var root: State
+        @usableFromInline var speculative: State
+        @usableFromInline init(_ state: State) {
+            root = state
+            speculative = state
+        }
+    }
+
     @inlinable
     init<App: SyncApp>(app: App, checkDeterminism: Bool = false) {
-        let store = Store(initialState: app.initialState, reducer: app)
+        let states = States(app.initialState)
         appName = App.name
         fingerprint = App.fingerprint
-        let applyOnce: @Sendable (JSON, Bool) -> Outcome = { json, check in
+        propose = { json in
             let action: App.Action
             do throws(AppCodingError) {
                 action = try app.decodeAction(json)
             } catch {
                 return .badAction(error.message)
             }
-            if check, let refusal = Self.determinismRefusal(app, action: action, json: json, state: store.unobservedState) {
+            if checkDeterminism, let refusal = Self.determinismRefusal(app, action: action, json: json, state: states.speculative) {
                 return .rejected(refusal)
             }
             do throws(App.Failure) {
-                try store.apply(action)
+                try app.reduce(into: &states.speculative, action: action)
             } catch {
                 return .rejected(app.describe(error))
             }
             return .applied
         }
-        apply = { json in applyOnce(json, checkDeterminism) }
-        replay = { json in applyOnce(json, false) }
-        // `unobservedState`: reading `state` would switch on Observation bookkeeping for every
-        // later dispatch, and nothing observes the hub's store.
-        snapshot = { app.encodeState(store.unobservedState) }
+        apply = { json in
+            let action: App.Action
+            do throws(AppCodingError) {
+                action = try app.decodeAction(json)
+            } catch {
+                return .badAction(error.message)
+            }
+            do throws(App.Failure) {
+                try app.reduce(into: &states.root, action: action)
+            } catch {
+                return .rejected(app.describe(error))
+            }
+            return .applied
+        }
+        adopt = { states.root = states.speculative }
+        reset = { states.speculative = states.root }
+        snapshot = { copy in app.encodeState(copy == .root ? states.root : states.speculative) }
         validate = { json in
             do throws(AppCodingError) {
                 _ = try app.decodeState(json)
@@ -74,7 +119,9 @@ struct HubEngine: Sendable {
         initialState = app.encodeState(app.initialState)
         restore = { json in
             do throws(AppCodingError) {
-                store.replaceState(try app.decodeState(json))
+                let state = try app.decodeState(json)
+                states.root = state
+                states.speculative = state
                 return nil
             } catch {
                 return error

@@ -5,9 +5,10 @@ import SyncCore
 ///
 /// For every session it keeps at least the last `window` sequenced ids with their seqs. A
 /// session idle for longer than ``idleLimit`` is forgotten, and at most ``maxSessions`` are
-/// kept (the least recently used goes first). The table is part of every snapshot and is
-/// rebuilt from the journal on recovery, so the guarantee holds across a restart under
-/// `--fsync always` and `batch`. Owned by the sequencer, on the event-loop thread.
+/// kept: the one whose last dispatch has the lowest seq goes first (an order every hub that
+/// reads the same log agrees on). The table is part of every snapshot and is rebuilt from the
+/// log on recovery, so the guarantee holds across a restart under `--fsync always` and
+/// `batch`. Owned by the applier, on the event-loop thread.
 struct SessionTable {
     /// A session unused this long is forgotten (a re-sent dispatch is then applied again).
     static let idleLimit: Duration = .seconds(24 * 3600)
@@ -21,11 +22,16 @@ struct SessionTable {
         var order: [DispatchID] = []
         var head = 0
         var lastUsed: ContinuousClock.Instant
+        /// The seq of the session's last recorded dispatch (the eviction order).
+        var lastSeq: UInt64 = 0
     }
 
     private var sessions: [JSONKey: Session] = [:]
     /// Ids remembered per session, at least.
     let window: Int
+    /// Sessions dropped by the bound since ``takeEvicted()`` (at most 100 names kept).
+    private var evicted: [String] = []
+    private var evictedUncounted = 0
 
     /// Creates an empty table.
     ///
@@ -47,22 +53,38 @@ struct SessionTable {
         sessions[key, default: Session(lastUsed: now)].remember(id, seq: seq, window: window, now: now)
     }
 
+    /// The sessions dropped to stay within ``maxSessions`` since the last call (for the log).
+    mutating func takeEvicted() -> [String] {
+        defer {
+            evicted.removeAll()
+            evictedUncounted = 0
+        }
+        if evictedUncounted > 0 { return evicted + ["… and \(evictedUncounted) more"] }
+        return evicted
+    }
+
     /// Forgets one id (its sequencing was undone: the journal could not be written).
     mutating func forget(session: String, id: DispatchID) {
         sessions[JSONKey(session)]?.seqs.removeValue(forKey: id)
     }
 
     /// Forgets sessions idle for longer than ``idleLimit``.
-    mutating func expire(now: ContinuousClock.Instant) {
+    ///
+    /// - Returns: How many were forgotten.
+    @discardableResult
+    mutating func expire(now: ContinuousClock.Instant) -> Int {
+        let before = sessions.count
         sessions = sessions.filter { now - $0.value.lastUsed <= Self.idleLimit }
+        return before - sessions.count
     }
 
     /// Forgets everything (before a replay rebuilds the table).
     mutating func removeAll() { sessions.removeAll() }
 
     private mutating func evictLeastRecentlyUsed() {
-        guard let oldest = sessions.min(by: { $0.value.lastUsed < $1.value.lastUsed })?.key else { return }
+        guard let oldest = sessions.min(by: { $0.value.lastSeq < $1.value.lastSeq })?.key else { return }
         sessions.removeValue(forKey: oldest)
+        if evicted.count < 100 { evicted.append(oldest.string) } else { evictedUncounted += 1 }
     }
 
     /// The table as stored in a snapshot: `{"SESSION":[[id,seq],…],…}`, ids oldest first.
@@ -97,6 +119,7 @@ extension SessionTable.Session {
     /// Remembers one id, keeping at least the last `window`.
     fileprivate mutating func remember(_ id: DispatchID, seq: UInt64, window: Int, now: ContinuousClock.Instant) {
         lastUsed = now
+        lastSeq = max(lastSeq, seq)
         if seqs.updateValue(seq, forKey: id) == nil { order.append(id) }
         while order.count - head > window {
             seqs.removeValue(forKey: order[head])

@@ -1,0 +1,83 @@
+import SyncCore
+
+/// One sequenced action as a log keeps it: the same canonical JSON body in a journal segment
+/// (framed by ``JournalFormat``) and in a replicated log's message.
+///
+/// The body is `{"action":…,"id":…,"origin":…,"seq":…}`, with `"session"` when the dispatch
+/// named one and `"checkpoint"` (the state's digest right after the action) when a checkpoint
+/// followed it; members sorted as RFC 8785 sorts them.
+package struct LogRecord: Sendable, Equatable {
+    /// The sequence number.
+    package var seq: UInt64
+    /// The replica that dispatched it (unique within the history).
+    package var origin: Int
+    /// The dispatcher's id.
+    package var id: DispatchID
+    /// The dispatcher's session, if any.
+    package var session: String?
+    /// The action's JSON, as sequenced.
+    package var action: JSON
+    /// The state's digest right after this action, when a checkpoint followed it.
+    package var checkpoint: String?
+
+    package init(seq: UInt64, origin: Int, id: DispatchID, session: String? = nil, action: JSON,
+                 checkpoint: String? = nil) {
+        self.seq = seq
+        self.origin = origin
+        self.id = id
+        self.session = session
+        self.action = action
+        self.checkpoint = checkpoint
+    }
+
+    /// Appends the canonical body to `buffer`, without building a `JSON` object.
+    ///
+    /// - Parameter buffer: Where the bytes go.
+    package func writeBody(into buffer: inout [UInt8]) {
+        buffer.append(contentsOf: #"{"action":"#.utf8)
+        action.writeCanonical(into: &buffer)
+        if let checkpoint {
+            buffer.append(contentsOf: #","checkpoint":"#.utf8)
+            JSON.string(checkpoint).writeCanonical(into: &buffer)
+        }
+        buffer.append(contentsOf: #","id":"#.utf8)
+        id.json.writeCanonical(into: &buffer)
+        buffer.append(contentsOf: #","origin":"#.utf8)
+        JSON(origin).writeCanonical(into: &buffer)
+        buffer.append(contentsOf: #","seq":"#.utf8)
+        JSON(seq).writeCanonical(into: &buffer)
+        if let session {
+            buffer.append(contentsOf: #","session":"#.utf8)
+            JSON.string(session).writeCanonical(into: &buffer)
+        }
+        buffer.append(UInt8(ascii: "}"))
+    }
+
+    /// The canonical body.
+    package var body: [UInt8] {
+        var bytes: [UInt8] = []
+        writeBody(into: &bytes)
+        return bytes
+    }
+
+    /// The body as a `JSON` value.
+    package var json: JSON {
+        var members: [JSONKey: JSON] = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]
+        if let session { members["session"] = .string(session) }
+        if let checkpoint { members["checkpoint"] = .string(checkpoint) }
+        return .object(members)
+    }
+
+    /// Reads a record's body.
+    ///
+    /// - Parameter json: The body.
+    /// - Returns: The record, or `nil` when a member is missing or of the wrong type.
+    package init?(json: JSON) {
+        guard let seq = json["seq"]?.intValue, seq > 0, let origin = json["origin"]?.intValue,
+              let rawID = json["id"], let id = DispatchID(json: rawID), let action = json["action"] else {
+            return nil
+        }
+        self.init(seq: UInt64(seq), origin: origin, id: id, session: json["session"]?.stringValue, action: action,
+                  checkpoint: json["checkpoint"]?.stringValue)
+    }
+}

@@ -1,0 +1,721 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import SyncCore
+import SyncPOSIX
+import Synchronization
+
+/// The hub's event loop: owns the listening socket and every connection's descriptor, waits
+/// for readiness (of the sockets, and of the log when it has a descriptor), reads frames,
+/// hands each to ``HubProtocol`` (a pure decision), submits what it decides to the
+/// ``RequestPipeline`` and the ``Sequencer``, pumps the sequencer once per pass, releases
+/// answers, and writes.
+///
+/// Single-threaded by design: `serve` runs on one thread and nothing else touches this
+/// object, its connections, the sequencer or the log. Not generic: the app is reached
+/// through the sequencer's engine, specialised for it.
+final class HubLoop {
+    let configuration: HubConfiguration
+    let hubID: String
+    let sequencer: Sequencer
+    private let facts: HubFacts
+    private var policy: AccessPolicy
+    private let maxClients: Int
+    /// Whether shutdown removed the socket file (it does not when the path now names another file).
+    private(set) var socketRemoved = false
+    /// Why the loop stopped serving on its own (the log broke), if it did.
+    private(set) var brokenLog: StorageError?
+
+    private var connections: [Int32: Connection] = [:]
+    /// The connection attached with each session (a newer `hello` with it supersedes).
+    private var sessionOwners: [JSONKey: Connection] = [:]
+    /// Attached replicas in attach order.
+    private var attached: [Connection] = []
+    private var pipeline = RequestPipeline()
+    private let readBuffer: UnsafeMutableRawBufferPointer
+    /// Stop reading from a connection holding more unhandled input than this.
+    private let maxBufferedInput: Int
+    private var lastWatchdog = ContinuousClock.now
+    private let watchdogInterval: Duration?
+    /// When refusals of too many clients were last logged (once a second at most).
+    private var lastRefusalLog: ContinuousClock.Instant?
+    private var refusalsSinceLog = 0
+
+    init(sequencer: Sequencer, configuration: HubConfiguration, hubID: String) {
+        self.sequencer = sequencer
+        self.configuration = configuration
+        self.hubID = hubID
+        self.facts = HubFacts(appName: sequencer.engine.appName, fingerprint: sequencer.engine.fingerprint,
+                              history: sequencer.history)
+        self.policy = AccessPolicy(hubUID: geteuid(), allowedUIDs: configuration.allowedUIDs, group: configuration.socketGroup)
+        self.maxClients = configuration.effectiveMaxClients
+        self.maxBufferedInput = configuration.maxFrameBytes + HubConfiguration.Defaults.inputSlackBytes
+        self.watchdogInterval = configuration.notifySystemd ? Systemd.watchdogInterval : nil
+        self.readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: HubConfiguration.Defaults.inputSlackBytes,
+                                                                 alignment: 16)
+    }
+
+    deinit { readBuffer.deallocate() }
+
+    /// The seq of the last applied action.
+    var seq: UInt64 { sequencer.appliedSeq }
+
+    /// Who may attach, for the start-up line.
+    var accessDescription: String { policy.description }
+
+    /// The connection limit in force.
+    var clientLimit: Int { maxClients }
+
+    // MARK: - Event loop
+
+    /// Runs the loop until a stop is requested (or the log breaks), then shuts down.
+    ///
+    /// - Throws: ``SystemError`` when `poll` itself fails; every connection is closed and the
+    ///   socket released first, so nothing leaks.
+    func serve(listener: ListeningSocket, wake: Int32, stopFD: Int32?,
+               stopRequested: borrowing Atomic<Bool>) throws(SystemError) {
+        var failure: SystemError?
+        var pollSet: [pollfd] = []
+        var order: [Connection] = []
+        var idle: [Connection] = []
+        while !stopRequested.load(ordering: .relaxed) {
+            pollSet.removeAll(keepingCapacity: true)
+            order.removeAll(keepingCapacity: true)
+            var now = ContinuousClock.now
+            if let until = acceptPausedUntil, now >= until { acceptPausedUntil = nil }
+            // While accepting is paused (out of descriptors), poll ignores the listener (fd -1).
+            pollSet.append(pollfd(fd: acceptPausedUntil == nil ? listener.fd : -1, events: Int16(POLLIN), revents: 0))
+            pollSet.append(pollfd(fd: wake, events: Int16(POLLIN), revents: 0))
+            pollSet.append(pollfd(fd: stopFD ?? -1, events: Int16(POLLIN), revents: 0))
+            let readiness = sequencer.log.readiness
+            pollSet.append(pollfd(fd: readiness?.fd ?? -1,
+                                  events: Int16(POLLIN) | (readiness?.wantsWrite == true ? Int16(POLLOUT) : 0), revents: 0))
+            let fixed = pollSet.count
+            var timers = acceptPausedUntil != nil || sequencer.unavailableReason != nil
+            var framesWaiting = false
+            let judging = sequencer.isJudging
+            for connection in connections.values {
+                var events: Int16 = 0
+                if connection.state.isClosing {
+                    timers = true
+                } else {
+                    // Input is bounded: past one frame and one read of unhandled bytes, or a
+                    // backlog of unread replies, the hub stops reading until it drains.
+                    if !connection.inputEnded, connection.decoder.bufferedByteCount <= maxBufferedInput,
+                       connection.output.privateBytes <= HubConfiguration.Defaults.replyBacklogBytes {
+                        events |= Int16(POLLIN)
+                    }
+                    if connection.moreFrames, judging { framesWaiting = true }
+                    // Not attached yet, or half a frame buffered: it must make progress in time.
+                    if case .greeting = connection.state {
+                        timers = true
+                        if now - connection.lastFrameAt > configuration.idleTimeout { idle.append(connection) }
+                    } else if let since = connection.partialSince {
+                        timers = true
+                        if now - since > configuration.idleTimeout { idle.append(connection) }
+                    }
+                    if let deadline = connection.welcomeDeadline {
+                        timers = true
+                        if connection.output.writtenTotal >= connection.welcomeEnd {
+                            connection.welcomeDeadline = nil
+                        } else if now >= deadline {
+                            fail(connection, WireError(.slowConsumer, "the welcome (\(connection.output.privateBytes) bytes still unread) was not read within \(configuration.welcomeTimeout) (--welcome-timeout); read the socket, then attach again"))
+                        }
+                    }
+                }
+                if owes(connection) { events |= Int16(POLLOUT) }
+                pollSet.append(pollfd(fd: connection.fd, events: events, revents: 0))
+                order.append(connection)
+            }
+            for connection in idle where !connection.state.isClosing {
+                fail(connection, WireError(.timeout, "no complete hello, status or sync (or half a frame held) for \(configuration.idleTimeout) (--idle-timeout); connect again and send a whole frame"))
+            }
+            idle.removeAll(keepingCapacity: true)
+            var timeout: Int32 = framesWaiting ? 0 : (timers ? 100 : -1)
+            if let deadline = sequencer.log.nextDeadline { timeout = Self.sooner(timeout, until: deadline, now: now) }
+            if let watchdogInterval { timeout = Self.sooner(timeout, until: lastWatchdog + watchdogInterval, now: now) }
+            let ready = poll(&pollSet, nfds_t(pollSet.count), timeout)
+            if ready < 0 {
+                if currentErrno() == EINTR { continue }
+                failure = SystemError.lastCall("poll")
+                break
+            }
+            now = .now
+            if pollSet[1].revents != 0 { drainPipe(wake) }
+            if pollSet[2].revents != 0 { break }
+            if pollSet[0].revents != 0 { acceptAll(listener.fd) }
+            for (index, connection) in order.enumerated() {
+                guard connections[connection.fd] === connection, !connection.state.isClosing else { continue }
+                let revents = pollSet[index + fixed].revents
+                if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0, !connection.inputEnded,
+                   pollSet[index + fixed].events & Int16(POLLIN) != 0 {
+                    guard readFrom(connection) else { continue }
+                } else if !connection.moreFrames {
+                    continue
+                }
+                handleFrames(connection)
+            }
+            pump(now: now)
+            if brokenLog != nil { break }
+            writeAll()
+            reapClosing(now: now)
+            if let watchdogInterval, now - lastWatchdog >= watchdogInterval {
+                lastWatchdog = now
+                Systemd.notify("WATCHDOG=1")
+            }
+        }
+        shutdown(listener: listener)
+        if let failure { throw failure }
+    }
+
+    /// A poll timeout (ms, -1 forever) no later than `deadline`.
+    private static func sooner(_ timeout: Int32, until deadline: ContinuousClock.Instant, now: ContinuousClock.Instant) -> Int32 {
+        let left = max(0, Int(nanoseconds: deadline - now) / 1_000_000 + 1)
+        let milliseconds = Int32(clamping: left)
+        return timeout < 0 ? milliseconds : min(timeout, milliseconds)
+    }
+
+    private func drainPipe(_ fd: Int32) {
+        var scratch = [UInt8](repeating: 0, count: 64)
+        while scratch.withUnsafeMutableBytes({ read(fd, $0.baseAddress, $0.count) }) > 0 {}
+    }
+
+    // MARK: - The sequencer's pass
+
+    /// Runs the sequencer's pass (the log's group commit and what it reports), judges again
+    /// what was voided, and releases the answers the applied seq now allows.
+    private func pump(now: ContinuousClock.Instant) {
+        for _ in 0..<4 {
+            let result = sequencer.pump(now: now)
+            if let broken = result.broken {
+                brokenLog = broken
+                configuration.log("hubd: \(broken.message)")
+                return
+            }
+            if let voidedFrom = result.voidedFrom { pipeline.void(from: voidedFrom) }
+            let before = sequencer.inFlightCount
+            if sequencer.isJudging, pipeline.hasUnjudged {
+                pipeline.judgeWaiting(skip: { [connections] connection in connections[connection.fd] !== connection || connection.state.isClosing },
+                                      judge: judge)
+            }
+            release()
+            // Proposals made while judging again are committed in this same pass.
+            guard sequencer.inFlightCount > before || (sequencer.inFlightCount > 0 && !sequencer.log.isShared) else { break }
+        }
+    }
+
+    /// Delivers every answer whose actions are applied.
+    private func release() {
+        pipeline.release(upTo: sequencer.appliedSeq) { connection, judgment in
+            deliver(judgment, to: connection)
+        }
+    }
+
+    // MARK: - Accepting
+
+    /// Set while new connections are not accepted because accepting failed (e.g. the process
+    /// is out of file descriptors): the listener stays readable, so polling it would spin.
+    private var acceptPausedUntil: ContinuousClock.Instant?
+    /// Whether the last accept failed (so the failure is logged once, not every 100 ms).
+    private var acceptFailing = false
+
+    private func acceptAll(_ listener: Int32) {
+        while true {
+            do {
+                guard let fd = try UnixSocket.accept(listener) else { return }
+                if acceptFailing {
+                    acceptFailing = false
+                    configuration.log("hubd: accepting connections again")
+                }
+                guard let peer = PeerCredentials.of(fd) else {
+                    refuse(fd, WireError(.forbidden, "the hub cannot tell which user connected (no peer credentials); connection refused"))
+                    continue
+                }
+                guard policy.admits(peer) else {
+                    configuration.log("hubd: refused uid \(peer.uid) (\(Accounts.userName(peer.uid))) pid \(peer.pid): not admitted (admitted: \(policy.description))")
+                    refuse(fd, WireError(.forbidden, "uid \(peer.uid) may not use this hub (it admits \(policy.description)); ask its operator to run it with --allow-uid \(peer.uid) or --socket-group"))
+                    continue
+                }
+                guard connections.count < maxClients else {
+                    refusalsSinceLog += 1
+                    if lastRefusalLog.map({ ContinuousClock.now - $0 >= .seconds(1) }) ?? true {
+                        configuration.log("hubd: refused \(refusalsSinceLog) connection(s): \(connections.count) clients already (--max-clients \(maxClients))")
+                        lastRefusalLog = .now
+                        refusalsSinceLog = 0
+                    }
+                    refuse(fd, WireError(.tooManyClients, "this hub already serves \(connections.count) clients, its limit (--max-clients \(maxClients)); try again later, or ask its operator to raise the limit"))
+                    continue
+                }
+                connections[fd] = Connection(fd: fd, maxFrameBytes: configuration.maxFrameBytes, peer: peer)
+            } catch {
+                // Connected clients carry on; new ones wait in the listen backlog meanwhile,
+                // and accepting is retried every 100 ms.
+                if !acceptFailing {
+                    acceptFailing = true
+                    configuration.log("hubd: cannot accept new connections: \(error.message); waiting clients stay queued and accepting is retried every 100 ms (raise the open-files limit, ulimit -n, or lower --max-clients)")
+                }
+                acceptPausedUntil = .now + .milliseconds(100)
+                return
+            }
+        }
+    }
+
+    /// Tells a connection it is refused and closes it at once (the socket's buffer is empty,
+    /// so the one small frame goes out without waiting).
+    private func refuse(_ fd: Int32, _ error: WireError) {
+        if let frame = try? Frame.encode(HubMessage.error(error)) {
+            _ = frame.withUnsafeBytes { UnixSocket.write(fd, $0, dontWait: true) }
+        }
+        UnixSocket.close(fd)
+    }
+
+    // MARK: - Reading and handling frames
+
+    /// The most frames handled for one connection per loop pass, so that a client
+    /// pipelining many frames cannot keep the loop from everyone else.
+    private static let framesPerPass = 256
+
+    /// Reads what one connection has sent into its decoder.
+    ///
+    /// - Returns: Whether the connection is still open.
+    private func readFrom(_ connection: Connection) -> Bool {
+        let room = min(readBuffer.count, max(4096, maxBufferedInput - connection.decoder.bufferedByteCount))
+        switch UnixSocket.read(connection.fd, into: UnsafeMutableRawBufferPointer(rebasing: readBuffer[0..<room])) {
+        case .bytes(let count):
+            connection.decoder.append(UnsafeRawBufferPointer(rebasing: readBuffer[0..<count]))
+            if connection.partialSince == nil { connection.partialSince = .now }
+            connection.moreFrames = true
+        case .wouldBlock:
+            break
+        case .endOfFile:
+            // The client is done sending (closed, or half-closed with SHUT_WR). Frames already
+            // buffered are still handled; then it gets what is queued for it, and a close.
+            connection.inputEnded = true
+            connection.moreFrames = true
+        case .failed:
+            drop(connection, reason: "disconnected")
+            return false
+        }
+        return true
+    }
+
+    /// Handles up to `framesPerPass` complete frames buffered for one connection.
+    private func handleFrames(_ connection: Connection) {
+        guard sequencer.isJudging else {
+            // The sequencer is settling (proposals voided): frames wait in the buffer.
+            connection.moreFrames = true
+            return
+        }
+        connection.moreFrames = false
+        var budget = Self.framesPerPass
+        // Progress for --idle-timeout: one clock read per batch of frames, not per frame.
+        defer {
+            if budget < Self.framesPerPass {
+                connection.lastFrameAt = .now
+                connection.partialSince = connection.decoder.bufferedByteCount > 0 ? connection.lastFrameAt : nil
+            }
+        }
+        let facts = self.facts
+        while !connection.state.isClosing, connections[connection.fd] === connection {
+            guard budget > 0 else {
+                connection.moreFrames = true
+                return
+            }
+            budget -= 1
+            let decision: HubDecision?
+            do throws(FrameError) {
+                // Zero-copy: the payload is decided on where it lies in the decoder's buffer.
+                let state = connection.state
+                decision = try connection.decoder.decodeNext { payload in HubProtocol.decide(payload, state: state, facts: facts) }
+            } catch {
+                switch error {
+                case .emptyFrame:
+                    fail(connection, WireError(.badFrame, "a frame's length must be at least 1; got 0"))
+                case .tooLarge(let length, let limit):
+                    fail(connection, WireError(.frameTooLarge, "frame of \(length) bytes exceeds this hub's limit of \(limit) bytes (--max-frame-bytes); split the action or raise the limit"))
+                }
+                return
+            }
+            guard let decision else {
+                // No complete frame: this attempt is not progress.
+                budget += 1
+                if connection.inputEnded { finishAfterFlush(connection) }
+                return
+            }
+            carryOut(decision, for: connection)
+        }
+    }
+
+    /// Carries out what the protocol decided for one frame.
+    private func carryOut(_ decision: HubDecision, for connection: Connection) {
+        switch decision {
+        case .fail(let error):
+            fail(connection, error)
+        case .status:
+            submit(connection, .status)
+        case .sync(let id):
+            submit(connection, .sync(id: id))
+        case .dispatch(let id, let action):
+            submit(connection, .dispatch(id: id, action: action))
+        case .reject(let id, let error):
+            submit(connection, .refused(id: id, error))
+        case .hello(let hello):
+            let replica = sequencer.takeReplicaID()
+            if let session = hello.session {
+                // One connection per session: a replica that reconnected before its old
+                // connection was noticed as gone takes the session over.
+                let key = JSONKey(session)
+                if let previous = sessionOwners[key], previous !== connection, connections[previous.fd] === previous,
+                   !previous.state.isClosing {
+                    fail(previous, WireError(.superseded, "another connection attached with this session (\(ControlCharacters.escaped(session))); this one is closed"))
+                }
+                sessionOwners[key] = connection
+            }
+            connection.state = .attached(replica: replica, name: hello.name, session: hello.session)
+            submit(connection, .welcome(replica: replica, resume: hello.resume))
+        }
+    }
+
+    private func submit(_ connection: Connection, _ request: RequestPipeline.Request) {
+        pipeline.submit(connection, request, judging: sequencer.isJudging, judge: judge)
+    }
+
+    /// Judges one request against the speculative state: the answer and the seq it follows.
+    private func judge(_ connection: Connection, _ request: RequestPipeline.Request) -> (RequestPipeline.Judgment, UInt64) {
+        switch request {
+        case .refused(let id, let error):
+            return (.reject(id, error), sequencer.proposedSeq)
+        case .dispatch(let id, let action):
+            guard case .attached(let origin, _, let session) = connection.state else {
+                return (.reject(id, WireError(.notAttached, "the connection is no longer attached")), sequencer.proposedSeq)
+            }
+            switch sequencer.dispatch(action, id: id, origin: origin, session: session) {
+            case .proposed(let seq): return (.proposed, seq)
+            case .refused(let error): return (.reject(id, error), sequencer.proposedSeq)
+            case .duplicate(let seq): return (.duplicate(id, seq), max(seq, sequencer.proposedSeq))
+            }
+        case .status:
+            return (.status(sequencer.speculativeSnapshot()), sequencer.proposedSeq)
+        case .sync(let id):
+            return (.synced(id, sequencer.proposedSeq), sequencer.proposedSeq)
+        case .welcome(let replica, let resume):
+            // Resumed only from this very history (the protocol checked), never from the
+            // future, and only while the backlog still holds every action after it.
+            if let resume, sequencer.canResume(after: resume.seq) {
+                return (.resumed(replica: replica, seq: resume.seq), sequencer.proposedSeq)
+            }
+            return (.full(replica: replica, snapshot: sequencer.speculativeSnapshot()), sequencer.proposedSeq)
+        }
+    }
+
+    // MARK: - Delivering answers
+
+    /// Queues one released answer for its connection.
+    private func deliver(_ judgment: RequestPipeline.Judgment, to connection: Connection) {
+        guard connections[connection.fd] === connection, !connection.state.isClosing else { return }
+        switch judgment {
+        case .proposed:
+            break
+        case .reject(let id, let error):
+            send(.reject(id: id, error: error), to: connection)
+        case .duplicate(let id, let seq):
+            send(.duplicate(id: id, seq: seq), to: connection)
+        case .synced(let id, let seq):
+            send(.synced(seq: seq, id: id), to: connection)
+        case .status(let snapshot):
+            send(.status(statusMessage(snapshot)), to: connection)
+        case .resumed(let replica, let seq):
+            attach(connection, replica: replica, resumedAt: seq, snapshot: nil)
+        case .full(let replica, let snapshot):
+            attach(connection, replica: replica, resumedAt: nil, snapshot: snapshot)
+        }
+    }
+
+    /// Starts the stream for a connection whose `hello` was answered: its welcome, gated after
+    /// exactly the actions it covers, then every action after it.
+    private func attach(_ connection: Connection, replica: Int, resumedAt: UInt64?, snapshot: Sequencer.Snapshot?) {
+        let seq = resumedAt ?? snapshot?.seq ?? 0
+        guard let position = seq >= backlog.lastSeq ? backlog.end : backlog.position(after: seq) else {
+            fail(connection, WireError(.slowConsumer, "the actions after seq \(seq) left the hub's backlog while this connection attached; attach again"))
+            return
+        }
+        if let resumedAt {
+            let welcome = Welcome.resumed(hub: hubID, replica: replica, seq: resumedAt, history: sequencer.history,
+                                          maxFrameBytes: configuration.maxFrameBytes)
+            // The welcome, then the missed frames straight from the backlog, then whatever follows.
+            send(.welcome(welcome), to: connection, after: position)
+        } else if let snapshot {
+            do throws(FrameError) {
+                let (prefix, suffix) = try welcomeFrame(replica: replica, snapshot: snapshot)
+                connection.output.queue(prefix, after: position)
+                connection.output.queue(shared: snapshot.stateBytes, after: position, counted: false)
+                connection.output.queue(suffix, after: position)
+                connection.welcomeEnd = connection.output.queuedTotal
+                connection.welcomeDeadline = .now + configuration.welcomeTimeout
+            } catch {
+                // A frame's length is 32 bits: a state this large cannot be sent in one welcome.
+                fail(connection, WireError(.frameTooLarge, "the state is \(snapshot.stateBytes.count) bytes, more than one frame can carry (4 GiB); it cannot be sent to a new replica"))
+                return
+            }
+        }
+        connection.output.cursor = position
+        connection.output.follows = true
+        attached.append(connection)
+        let peer = "uid \(connection.peer.uid), pid \(connection.peer.pid)"
+        if let resumedAt {
+            configuration.log("hubd: \(connection.label) resumed at seq \(resumedAt) (\(sequencer.appliedSeq - min(resumedAt, sequencer.appliedSeq)) actions replayed; \(peer))")
+        } else {
+            configuration.log("hubd: \(connection.label) attached at seq \(seq) (\(peer))")
+        }
+    }
+
+    /// A full `welcome` frame around the shared state bytes: its header and members before
+    /// the state, and the closing brace after it.
+    private func welcomeFrame(replica: Int, snapshot: Sequencer.Snapshot) throws(FrameError) -> (prefix: [UInt8], suffix: [UInt8]) {
+        var members: [UInt8] = []
+        members.reserveCapacity(256)
+        members.append(contentsOf: #"{"type":"welcome","protocol":"#.utf8)
+        JSON(syncProtocolVersion).writeCanonical(into: &members)
+        members.append(contentsOf: #","hub":"#.utf8)
+        JSON.string(hubID).writeCanonical(into: &members)
+        members.append(contentsOf: #","history":"#.utf8)
+        JSON.string(sequencer.history).writeCanonical(into: &members)
+        members.append(contentsOf: #","replica":"#.utf8)
+        JSON(replica).writeCanonical(into: &members)
+        members.append(contentsOf: #","seq":"#.utf8)
+        JSON(snapshot.seq).writeCanonical(into: &members)
+        members.append(contentsOf: #","resumed":false"#.utf8)
+        members.append(contentsOf: #","digest":"#.utf8)
+        JSON.string(snapshot.digest).writeCanonical(into: &members)
+        members.append(contentsOf: #","max_frame_bytes":"#.utf8)
+        JSON(configuration.maxFrameBytes).writeCanonical(into: &members)
+        members.append(contentsOf: #","state":"#.utf8)
+        let length = members.count + snapshot.stateBytes.count + 1
+        guard length <= Frame.maxPayloadBytes else { throw FrameError.tooLarge(length: length, limit: Frame.maxPayloadBytes) }
+        let size = UInt32(length)
+        var prefix: [UInt8] = [UInt8(truncatingIfNeeded: size >> 24), UInt8(truncatingIfNeeded: size >> 16),
+                               UInt8(truncatingIfNeeded: size >> 8), UInt8(truncatingIfNeeded: size)]
+        prefix.append(contentsOf: members)
+        return (prefix, [UInt8(ascii: "}")])
+    }
+
+    /// The `status` answer for a snapshot.
+    private func statusMessage(_ snapshot: Sequencer.Snapshot) -> HubStatus {
+        let replicas = attached.compactMap { peer -> ReplicaInfo? in
+            guard let replica = peer.state.replica else { return nil }
+            return ReplicaInfo(replica: replica, name: peer.state.name, queuedBytes: peer.output.pending(end: backlog.end),
+                               lag: Int(clamping: sequencer.appliedSeq &- min(sequencer.appliedSeq, writtenSeq(of: peer))),
+                               uid: Int(peer.peer.uid), pid: Int(peer.peer.pid))
+        }
+        let storage = sequencer.logStatus
+        var members: [JSONKey: JSON] = [
+            "data_dir": storage.fsync == nil ? .null : .string(storage.location),
+            "journal_bytes": JSON(storage.journalBytes), "segments": JSON(storage.segments),
+            "snapshot_seq": JSON(storage.snapshotSeq), "last_fsync_us": JSON(storage.lastFsyncMicroseconds),
+            "fsync": storage.fsync.map { .string($0.rawValue) } ?? .null,
+        ]
+        if let reason = sequencer.unavailableReason { members["unavailable"] = .string(reason) }
+        var status = HubStatus(protocolVersion: syncProtocolVersion, app: facts.appName, fingerprint: facts.fingerprint,
+                               hub: hubID, seq: snapshot.seq, digest: snapshot.digest, replicas: replicas,
+                               maxFrameBytes: configuration.maxFrameBytes, history: sequencer.history,
+                               storage: .object(members))
+        if let shared = storage.shared { status.log = shared }
+        return status
+    }
+
+    // MARK: - Output
+
+    /// The shared stream of applied frames.
+    private var backlog: Backlog { sequencer.backlog }
+
+    /// Whether anything is owed to a connection.
+    private func owes(_ connection: Connection) -> Bool { connection.output.owesAnything(end: backlog.end) }
+
+    /// The seq of the last action written whole to a connection's socket.
+    private func writtenSeq(of connection: Connection) -> UInt64 {
+        guard let cursor = connection.output.cursor else { return sequencer.appliedSeq }
+        return backlog.seq(before: cursor)
+    }
+
+    /// Sends one message to one connection, after everything applied so far.
+    ///
+    /// - Parameters:
+    ///   - message: The message.
+    ///   - connection: The connection.
+    ///   - after: The position in the shared stream the message follows (default: its end).
+    private func send(_ message: HubMessage, to connection: Connection, after: UInt64? = nil) {
+        do throws(FrameError) {
+            connection.output.queue(try Frame.encode(message), after: after ?? backlog.end)
+        } catch {
+            // Only a message carrying client-chosen text could get here (it never does in
+            // practice: such text arrived in a frame of at most --max-frame-bytes).
+            configuration.log("hubd: cannot frame a \(message.typeName) message for \(connection.label): \(error.description)")
+        }
+    }
+
+    /// Sends `error` and closes the connection once it is flushed; other clients carry on.
+    private func fail(_ connection: Connection, _ error: WireError) {
+        configuration.log("hubd: closing \(connection.label): \(error.rawCode): \(ControlCharacters.escaped(error.message))")
+        send(.error(error), to: connection)
+        detach(connection)
+        connection.output.follows = false
+        connection.welcomeDeadline = nil
+        // A slow consumer is given as long as a welcome to read the rest of its frame and the error.
+        let grace = error.code == .slowConsumer ? max(configuration.welcomeTimeout, .seconds(2)) : .seconds(2)
+        connection.state = connection.state.closing(by: .now + grace)
+    }
+
+    /// Frees backlog memory no reader needs: bytes before both the resume window and every
+    /// connection's position.
+    private func compactBacklog() {
+        var keep = backlog.heldStart
+        let end = backlog.end
+        for connection in connections.values {
+            guard let cursor = connection.output.cursor, cursor < keep,
+                  let limit = connection.output.sharedLimit(end: end), cursor < limit else { continue }
+            guard backlog.inMemory(cursor) else {
+                // Cannot happen (compaction never passes a reader); a stream with a gap would
+                // be corrupt, so the connection is closed instead.
+                drop(connection, reason: "lost its place in the backlog")
+                continue
+            }
+            keep = cursor
+        }
+        backlog.compact(keepingFrom: keep)
+    }
+
+    /// A replica too far behind: it gets the rest of the frame it was half-way through, then
+    /// `slow-consumer`, and leaves the shared stream (holding none of the backlog).
+    private func fallOut(_ connection: Connection, lagBytes: Int) {
+        var carry: [UInt8] = []
+        if let cursor = connection.output.cursor {
+            let frameEnd = backlog.frameEnd(containing: cursor)
+            if frameEnd > cursor, backlog.inMemory(cursor) {
+                carry = backlog.copy(from: cursor, to: frameEnd)
+            }
+        }
+        connection.output.leaveStream(carry: carry)
+        fail(connection, WireError(.slowConsumer, "\(lagBytes) bytes were waiting for this replica, more than this hub's limit of \(configuration.maxQueuedBytesPerReplica) (--max-queue-bytes); read faster, or attach again (with resume) to catch up"))
+    }
+
+    /// One write per connection with queued bytes: everything pending, gathered.
+    private func writeAll() {
+        for connection in connections.values where owes(connection) {
+            write(connection)
+            guard connections[connection.fd] === connection else { continue }
+            let pending = connection.output.countedPending(end: backlog.end)
+            if !connection.state.isClosing, pending > configuration.maxQueuedBytesPerReplica {
+                // No more broadcasts; the error follows the frame being written.
+                fallOut(connection, lagBytes: pending)
+            }
+        }
+        compactBacklog()
+    }
+
+    /// The most pieces gathered into one `sendmsg`.
+    private static let piecesPerWrite = 64
+
+    /// Writes as much of what a connection is owed as its socket takes, in one system call.
+    private func write(_ connection: Connection) {
+        let result = connection.output.withOutput(backlog: backlog, maxPieces: Self.piecesPerWrite) { vectors in
+            vectors.isEmpty ? UnixSocket.IOResult.bytes(0) : UnixSocket.write(connection.fd, gathering: vectors)
+        }
+        switch result {
+        case .bytes(let count):
+            connection.output.consume(count)
+        case .wouldBlock:
+            break
+        case .endOfFile, .failed:
+            drop(connection, reason: "disconnected")
+        }
+    }
+
+    private func reapClosing(now: ContinuousClock.Instant) {
+        for connection in Array(connections.values) {
+            guard case .closing(_, _, let deadline) = connection.state else { continue }
+            if !owes(connection) || now >= deadline { close(connection) }
+        }
+    }
+
+    // MARK: - Closing
+
+    private func detach(_ connection: Connection) {
+        guard connection.state.replica != nil else { return }
+        attached.removeAll { $0 === connection }
+        if case .attached(_, _, let session?) = connection.state, sessionOwners[JSONKey(session)] === connection {
+            sessionOwners[JSONKey(session)] = nil
+        }
+    }
+
+    /// Stops broadcasting to a client that finished sending and closes it once its queue is written.
+    private func finishAfterFlush(_ connection: Connection) {
+        if connection.state.replica != nil {
+            configuration.log("hubd: \(connection.label) disconnected")
+        }
+        detach(connection)
+        connection.state = connection.state.closing(by: .now + .seconds(2))
+    }
+
+    private func drop(_ connection: Connection, reason: String) {
+        if connection.state.replica != nil, !connection.state.isClosing {
+            configuration.log("hubd: \(connection.label) \(reason)")
+        }
+        detach(connection)
+        close(connection)
+    }
+
+    private func close(_ connection: Connection) {
+        guard connections[connection.fd] === connection else { return }
+        connections[connection.fd] = nil
+        UnixSocket.close(connection.fd)
+    }
+
+    /// Stop accepting, remove the socket, flush what is applied then `shutting-down` (up to
+    /// 2 s), close everything, and leave a final snapshot.
+    private func shutdown(listener: ListeningSocket) {
+        if configuration.notifySystemd { Systemd.notify("STOPPING=1\nSTATUS=stopping at seq \(sequencer.appliedSeq)") }
+        // Removes the socket file only if it is still the one this hub bound.
+        socketRemoved = listener.close()
+        if brokenLog == nil {
+            _ = sequencer.pump(now: .now)
+            release()
+        }
+        for connection in connections.values where !connection.state.isClosing {
+            let message = brokenLog == nil
+                ? "the hub is shutting down at seq \(sequencer.appliedSeq); attach again when it is back"
+                : "the hub stopped at seq \(sequencer.appliedSeq) because its log cannot be written safely; attach again once it is restarted"
+            send(.error(WireError(.shuttingDown, message)), to: connection)
+        }
+        // One deadline for everyone: write what each socket takes, then wait in a single
+        // poll for any of them to take more, until all is written or 2 s have passed.
+        let deadline = ContinuousClock.now + .seconds(2)
+        while true {
+            for connection in connections.values where owes(connection) { write(connection) }
+            let pending = connections.values.filter { owes($0) }
+            let remaining = deadline - ContinuousClock.now
+            guard !pending.isEmpty, remaining > .zero else { break }
+            var waitSet = pending.map { pollfd(fd: $0.fd, events: Int16(POLLOUT), revents: 0) }
+            let milliseconds = Int32(clamping: max(1, Int(nanoseconds: remaining) / 1_000_000))
+            _ = poll(&waitSet, nfds_t(waitSet.count), milliseconds)
+        }
+        for connection in Array(connections.values) { close(connection) }
+        attached.removeAll()
+        if brokenLog == nil {
+            sequencer.close()
+        } else {
+            sequencer.log.close()
+        }
+    }
+}
+
+extension Int {
+    /// The whole nanoseconds in a duration (saturating).
+    init(nanoseconds duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        self = Int(clamping: seconds) &* 1_000_000_000 &+ Int(attoseconds / 1_000_000_000)
+    }
+}

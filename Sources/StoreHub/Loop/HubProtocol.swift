@@ -1,0 +1,101 @@
+import SyncCore
+
+/// What the hub's protocol decided about one client frame.
+enum HubDecision: Equatable {
+    /// A valid `hello` from a connection that is not attached: attach it.
+    case hello(HelloRequest)
+    /// A dispatch from an attached connection: sequence it.
+    case dispatch(id: DispatchID, action: JSON)
+    /// Answer `status`, in order with what this connection was sent.
+    case status
+    /// Answer `synced`, in order with what this connection was sent.
+    case sync(id: DispatchID?)
+    /// Refuse this dispatch alone (`reject`); the connection goes on.
+    case reject(id: DispatchID, WireError)
+    /// Send this error, stop reading, flush and close the connection.
+    case fail(WireError)
+}
+
+/// A `hello` that passed every check.
+struct HelloRequest: Equatable {
+    /// The name, `""` when none was given.
+    var name: String
+    /// Where the client asks to resume from, if it names this hub's history.
+    var resume: ResumePoint?
+    /// The client's session, if any.
+    var session: String?
+}
+
+/// What the protocol needs to know about the hub: fixed for its run.
+struct HubFacts: Equatable {
+    /// The app's name.
+    var appName: String
+    /// The app's fingerprint.
+    var fingerprint: String
+    /// The history id.
+    var history: String
+}
+
+/// The per-connection protocol as one pure function: a frame's bytes and the connection's
+/// state in, a ``HubDecision`` out. No sockets, no sequencer: tests drive it with bytes alone,
+/// and the event loop carries out what it decides.
+enum HubProtocol {
+    /// Decides what one frame from a connection asks for.
+    ///
+    /// Checked in this order: the payload is JSON (`bad-json`), a client message of a known
+    /// type with members of the right types (`bad-json`, `unknown-type`, `bad-frame`,
+    /// `bad-hello`); then, for `hello`: not attached yet (`already-attached`), the protocol
+    /// version (`protocol-mismatch`), the app and fingerprint (`app-mismatch`); for `dispatch`:
+    /// attached (`not-attached`), a string id of at most 128 bytes (else `reject` `bad-action`).
+    ///
+    /// - Parameters:
+    ///   - payload: The frame's payload bytes.
+    ///   - state: The connection's state.
+    ///   - facts: The hub's app and history.
+    /// - Returns: The decision.
+    static func decide(_ payload: UnsafeRawBufferPointer, state: ConnectionState, facts: HubFacts) -> HubDecision {
+        let json: JSON
+        do {
+            json = try JSON(parsing: payload)
+        } catch {
+            return .fail(WireError(.badJSON, "frame payload is not valid JSON: \(error.description)"))
+        }
+        let message: ClientMessage
+        do throws(WireError) {
+            message = try ClientMessage(json: json)
+        } catch {
+            return .fail(error)
+        }
+        switch message {
+        case .status:
+            return .status
+        case .sync(let id):
+            return .sync(id: id)
+        case .hello(let version, let appName, let fingerprint, let name, let resume, let session):
+            if case .attached(let replica, _, _) = state {
+                return .fail(WireError(.alreadyAttached, "this connection is already attached as replica \(replica); send hello once"))
+            }
+            guard version == syncProtocolVersion else {
+                return .fail(WireError(.protocolMismatch, "this hub speaks protocol \(syncProtocolVersion), the client asked for \(version); upgrade the older side"))
+            }
+            // Names compare by Unicode scalars, as on the wire (never by canonical equivalence).
+            guard JSONKey(appName) == JSONKey(facts.appName) else {
+                return .fail(WireError(.appMismatch, "this hub runs app \"\(facts.appName)\", not \"\(ControlCharacters.escaped(appName))\"; start the replica with --app \(facts.appName) or run a hub for \(ControlCharacters.escaped(appName))"))
+            }
+            if let fingerprint, JSONKey(fingerprint) != JSONKey(facts.fingerprint) {
+                return .fail(WireError(.appMismatch, "this hub runs \(facts.fingerprint), the replica has \(ControlCharacters.escaped(fingerprint)); both sides must run the same reducer version"))
+            }
+            // A resume point names this very history, or it is no resume at all.
+            let point = resume.flatMap { JSONKey($0.history) == JSONKey(facts.history) ? $0 : nil }
+            return .hello(HelloRequest(name: name ?? "", resume: point, session: session))
+        case .dispatch(let id, let action):
+            guard case .attached = state else {
+                return .fail(WireError(.notAttached, "dispatch before hello; send {\"type\":\"hello\",\"protocol\":\(syncProtocolVersion),\"app\":\"\(facts.appName)\"} first"))
+            }
+            if case .string(let text) = id, text.utf8.count > ClientMessage.maxIDBytes {
+                return .reject(id: id, WireError(.badAction, "the dispatch id is \(text.utf8.count) bytes; a string id is at most \(ClientMessage.maxIDBytes) bytes (UTF-8) — use a shorter one, or an integer"))
+            }
+            return .dispatch(id: id, action: action)
+        }
+    }
+}

@@ -1,0 +1,136 @@
+import SyncCore
+
+/// Client requests whose answers are not final yet, in the order they arrived.
+///
+/// An answer to a connection (`reject`, `synced`, `status`, `duplicate`, `welcome`) must come
+/// after every action sequenced before the request, and a dispatch's own answer is its
+/// `action` broadcast. So each request is **judged** at once against the speculative state
+/// (the applied state plus proposals in flight), remembering the proposed seq it follows
+/// (`after`), and its answer is released only when the applier has applied up to that seq:
+/// no private reply ever forces a commit, and none names an action the log did not take.
+///
+/// When the log voids proposals (a full disk, another hub got there first), every request
+/// judged after the first voided one is judged again, in the same order: a voided dispatch
+/// is proposed again (or refused `unavailable`), a `status` or `sync` answers for the state
+/// that is real. Requests that arrive while the sequencer settles wait, unjudged, behind them.
+///
+/// On the event-loop thread only.
+struct RequestPipeline {
+    /// What a client asked for.
+    enum Request {
+        case dispatch(id: DispatchID, action: JSON)
+        /// A dispatch the protocol refused by itself (an id too long): answered in its turn.
+        case refused(id: DispatchID, WireError)
+        case status
+        case sync(id: DispatchID?)
+        /// The `welcome` of a `hello` (the connection is already attached as `replica`).
+        case welcome(replica: Int, resume: ResumePoint?)
+    }
+
+    /// The answer decided for a request, released once the applier reaches `after`.
+    enum Judgment {
+        /// Proposed: the `action` broadcast answers it.
+        case proposed
+        case reject(DispatchID, WireError)
+        case duplicate(DispatchID, UInt64)
+        case synced(DispatchID?, UInt64)
+        case status(Sequencer.Snapshot)
+        /// A resumed welcome at this seq.
+        case resumed(replica: Int, seq: UInt64)
+        /// A full welcome with this snapshot.
+        case full(replica: Int, snapshot: Sequencer.Snapshot)
+    }
+
+    struct Entry {
+        let connection: Connection
+        let request: Request
+        var judgment: Judgment?
+        /// The proposed seq the answer follows.
+        var after: UInt64 = 0
+    }
+
+    private var entries: [Entry] = []
+    private var head = 0
+    /// The index of the first unjudged entry (`entries.count` when every entry is judged).
+    private var firstUnjudged = 0
+
+    /// The number of requests waiting.
+    var count: Int { entries.count - head }
+    /// Whether requests wait to be judged.
+    var hasUnjudged: Bool { firstUnjudged < entries.count }
+    /// Whether answers wait for the applier.
+    var isEmpty: Bool { head == entries.count }
+
+    /// Adds a request; it is judged now when nothing waits before it and `judge` can.
+    ///
+    /// - Parameters:
+    ///   - connection: The connection that asked.
+    ///   - request: The request.
+    ///   - judging: Whether the sequencer can judge now.
+    ///   - judge: Judges one request: the answer and the proposed seq it follows.
+    mutating func submit(_ connection: Connection, _ request: Request, judging: Bool,
+                         judge: (Connection, Request) -> (Judgment, UInt64)) {
+        var entry = Entry(connection: connection, request: request)
+        if judging, !hasUnjudged {
+            let (judgment, after) = judge(connection, request)
+            entry.judgment = judgment
+            entry.after = after
+            entries.append(entry)
+            firstUnjudged = entries.count
+        } else {
+            entries.append(entry)
+        }
+    }
+
+    /// Judges every waiting request, in order.
+    ///
+    /// - Parameters:
+    ///   - skip: Whether a waiting request is dropped instead (its connection is gone).
+    ///   - judge: Judges one request.
+    mutating func judgeWaiting(skip: (Connection) -> Bool, judge: (Connection, Request) -> (Judgment, UInt64)) {
+        guard hasUnjudged else { return }
+        var kept: [Entry] = []
+        for index in firstUnjudged..<entries.count {
+            var entry = entries[index]
+            if skip(entry.connection) { continue }
+            let (judgment, after) = judge(entry.connection, entry.request)
+            entry.judgment = judgment
+            entry.after = after
+            kept.append(entry)
+        }
+        entries.replaceSubrange(firstUnjudged..., with: kept)
+        firstUnjudged = entries.count
+    }
+
+    /// Un-judges every request judged after proposals from seq `from` on, which were voided.
+    mutating func void(from: UInt64) {
+        var index = firstUnjudged
+        while index > head, entries[index - 1].judgment != nil, entries[index - 1].after >= from {
+            entries[index - 1].judgment = nil
+            index -= 1
+        }
+        firstUnjudged = index
+    }
+
+    /// Releases, in order, every answer whose `after` the applier has reached.
+    ///
+    /// - Parameters:
+    ///   - applied: The applied seq.
+    ///   - deliver: Carries out one answer.
+    mutating func release(upTo applied: UInt64, deliver: (Connection, Judgment) -> Void) {
+        while head < firstUnjudged, let judgment = entries[head].judgment, entries[head].after <= applied {
+            let entry = entries[head]
+            head += 1
+            deliver(entry.connection, judgment)
+        }
+        if head == entries.count {
+            entries.removeAll(keepingCapacity: entries.capacity <= 4096)
+            head = 0
+            firstUnjudged = 0
+        } else if head > 1024, head * 2 >= entries.count {
+            entries.removeFirst(head)
+            firstUnjudged -= head
+            head = 0
+        }
+    }
+}

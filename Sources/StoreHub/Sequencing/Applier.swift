@@ -1,0 +1,207 @@
+import SyncCore
+
+/// The second of the sequencer's three parts, and the only code that advances the applied
+/// seq: takes every record the log appended, in log order, whichever hub wrote it.
+///
+/// For each record it advances `seq`, applies the action to the root state (or, for this
+/// hub's own proposals, lets the speculative state be adopted once every proposal in flight
+/// is appended, see ``HubEngine``), records the dispatch in the session table, and appends
+/// the `action` frame (and its `checkpoint`) to the shared ``Backlog`` every replica reads.
+/// Snapshots are written from here, every `snapshotEvery` actions.
+///
+/// On the event-loop thread only.
+final class Applier {
+    let engine: HubEngine
+    /// The seq of the last applied record (0 before the first).
+    private(set) var seq: UInt64 = 0
+    /// The applied frames, read by every attached replica at its own position.
+    let backlog: Backlog
+    /// Sequenced dispatch ids per client session (exactly-once dispatch).
+    private(set) var sessions: SessionTable
+    /// Own records appended whose actions are in the speculative state but not yet in the
+    /// root state (applied there lazily, or adopted with the speculative state).
+    private var pendingRoot: [LogRecord] = []
+    /// Frames appended since the last ``releaseFrames()``, back to back, and where each starts.
+    private var frames: [UInt8] = []
+    private var frameStarts: [Int] = []
+    private var framesFirst: UInt64 = 1
+    private let note: @Sendable (String) -> Void
+
+    init(engine: HubEngine, backlog: Backlog, dedupWindow: Int, note: @escaping @Sendable (String) -> Void) {
+        self.engine = engine
+        self.backlog = backlog
+        self.sessions = SessionTable(window: dedupWindow)
+        self.note = note
+        frames.reserveCapacity(64 << 10)
+    }
+
+    // MARK: - Starting
+
+    /// Restores the state from a log's start: the snapshot, then every record after it.
+    ///
+    /// - Throws: ``StorageError`` when the snapshot or a record does not apply with this app,
+    ///   or the replay disagrees with a snapshot's digest.
+    func start(from start: LogStart, now: ContinuousClock.Instant) throws(StorageError) {
+        var base: UInt64 = 0
+        if start.snapshot == nil, let error = engine.restore(engine.initialState) {
+            throw StorageError("the app's initial state does not decode: \(error.message)", isDataProblem: true)
+        }
+        sessions = SessionTable(json: start.snapshot?.sessions, window: sessions.window, now: now)
+        if let snapshot = start.snapshot {
+            if let error = engine.restore(snapshot.state) {
+                throw StorageError("the snapshot at seq \(snapshot.seq) does not decode with app \(engine.fingerprint): \(error.message); run the app version that wrote it", isDataProblem: true)
+            }
+            base = snapshot.seq
+        }
+        var checkpoints = Dictionary(start.checkpoints.map { ($0.seq, $0.digest) }, uniquingKeysWith: { a, _ in a })
+        for record in start.records {
+            switch engine.apply(record.action) {
+            case .applied:
+                break
+            case .badAction(let message), .rejected(let message):
+                throw StorageError("journal record seq \(record.seq) is refused on replay (\(message)): the reducer is not deterministic, or the app changed without a new version; run the app version that wrote the journal", isDataProblem: true)
+            }
+            base = record.seq
+            if let session = record.session { sessions.record(session: session, id: record.id, seq: record.seq, now: now) }
+            let snapshotDigest = checkpoints.removeValue(forKey: record.seq)
+            guard record.checkpoint != nil || snapshotDigest != nil else { continue }
+            // The whole state is serialised only at seqs something recorded a digest for.
+            let replayed = Digest.of(engine.snapshot(.root))
+            if let digest = record.checkpoint, digest != replayed {
+                note("hubd: warning: replaying journal record seq \(record.seq) gives digest \(replayed), but when it was first applied the digest was \(digest): the reducer is not deterministic, or the app changed without a new version; replicas will re-hydrate at their next checkpoint")
+            }
+            if let digest = snapshotDigest, digest != replayed {
+                throw StorageError("after replaying to seq \(record.seq) the state's digest is \(replayed), but the snapshot at that seq says \(digest): the reducer is not deterministic, or the app changed without a new version", isDataProblem: true)
+            }
+        }
+        seq = base
+        engine.reset()
+        refillBacklog(start)
+    }
+
+    /// Loads the recovered tail into the backlog, so replicas can resume across a restart.
+    ///
+    /// Only the tail the backlog keeps is encoded: from the newest record back, until at least
+    /// its minimum of actions is held and the byte budget is spent.
+    private func refillBacklog(_ start: LogStart) {
+        let records = start.window + start.records
+        guard records.last?.seq == seq else {
+            backlog.reset(after: seq)
+            return
+        }
+        var tail: [[UInt8]] = []
+        var bytes = 0
+        var oldest = seq + 1
+        for record in records.reversed() {
+            if tail.count >= backlog.minimumActions, bytes >= backlog.maximumBytes { break }
+            // Only an unbroken run back from the current seq.
+            guard record.seq + 1 == oldest, let frame = Self.frame(for: record) else { break }
+            bytes += frame.count
+            tail.append(frame)
+            oldest = record.seq
+        }
+        guard !tail.isEmpty else {
+            backlog.reset(after: seq)
+            return
+        }
+        var all: [UInt8] = []
+        all.reserveCapacity(bytes)
+        var starts: [Int] = []
+        starts.reserveCapacity(tail.count)
+        for frame in tail.reversed() {
+            starts.append(all.count)
+            all.append(contentsOf: frame)
+        }
+        backlog.reset(after: oldest - 1)
+        backlog.append(all, starts: starts, first: oldest)
+    }
+
+    /// A record's `action` frame, followed by its `checkpoint` frame when it carries a digest.
+    static func frame(for record: LogRecord) -> [UInt8]? {
+        var frame: [UInt8] = []
+        do throws(FrameError) {
+            try Frame.appendActionEnvelope(seq: record.seq, origin: record.origin, id: record.id, action: record.action,
+                                           to: &frame)
+            if let digest = record.checkpoint {
+                frame.append(contentsOf: try Frame.encode(HubMessage.checkpoint(seq: record.seq, digest: digest)))
+            }
+        } catch {
+            return nil
+        }
+        return frame
+    }
+
+    // MARK: - Applying
+
+    /// Applies one appended record.
+    ///
+    /// - Parameters:
+    ///   - record: The record; its seq is `seq + 1`.
+    ///   - own: This hub's proposal for it (its action is already in the speculative state and
+    ///     its frame encoded), or `nil` for a record another hub wrote.
+    ///   - now: The time, for the session table.
+    func apply(_ record: LogRecord, own: Proposer.InFlight?, now: ContinuousClock.Instant) {
+        if frameStarts.isEmpty { framesFirst = record.seq }
+        frameStarts.append(frames.count)
+        if let own {
+            pendingRoot.append(record)
+            frames.append(contentsOf: own.frame)
+        } else {
+            materializeRoot()
+            switch engine.apply(record.action) {
+            case .applied:
+                if let digest = record.checkpoint {
+                    let local = Digest.of(engine.snapshot(.root))
+                    if local != digest {
+                        note("hubd: warning: after record seq \(record.seq), written by another hub, this hub's state digest is \(local), the writer's was \(digest): the hubs run reducers that differ (or one is not deterministic); replicas of this hub will re-hydrate at this checkpoint")
+                    }
+                }
+            case .badAction(let message), .rejected(let message):
+                note("hubd: error: record seq \(record.seq), written by another hub, is refused here (\(message)): the hubs run reducers that differ; this hub's state no longer includes it")
+            }
+            if let frame = Self.frame(for: record) {
+                frames.append(contentsOf: frame)
+            } else {
+                frameStarts.removeLast()
+            }
+        }
+        seq = record.seq
+        if let session = record.session { sessions.record(session: session, id: record.id, seq: record.seq, now: now) }
+    }
+
+    /// Applies the own records the root state lags behind by (before something needs the
+    /// root state itself: another hub's record, a snapshot, a reset).
+    func materializeRoot() {
+        guard !pendingRoot.isEmpty else { return }
+        for record in pendingRoot {
+            if case .badAction(let message) = engine.apply(record.action) {
+                note("hubd: error: own record seq \(record.seq) does not apply to the root state (\(message))")
+            }
+        }
+        pendingRoot.removeAll(keepingCapacity: true)
+    }
+
+    /// Every proposal in flight is appended: the speculative state is the applied state.
+    func adoptSpeculative() {
+        guard !pendingRoot.isEmpty else { return }
+        engine.adopt()
+        pendingRoot.removeAll(keepingCapacity: true)
+    }
+
+    /// Releases the frames applied since the last call into the backlog every replica reads.
+    func releaseFrames() {
+        guard !frameStarts.isEmpty else { return }
+        backlog.append(frames, starts: frameStarts, first: framesFirst)
+        frames.removeAll(keepingCapacity: frames.capacity <= 4 << 20)
+        frameStarts.removeAll(keepingCapacity: true)
+    }
+
+    /// Forgets sessions idle for longer than the session table's limit.
+    func expireSessions(now: ContinuousClock.Instant) {
+        let evicted = sessions.expire(now: now)
+        if evicted > 0 { note("hubd: forgot \(evicted) client sessions idle for more than 24 hours (a dispatch they re-send now is applied again)") }
+    }
+
+    /// Sessions the table dropped to stay within its bound since the last call, for the log.
+    func takeEvictedSessions() -> [String] { sessions.takeEvicted() }
+}

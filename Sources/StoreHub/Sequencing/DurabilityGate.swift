@@ -1,0 +1,41 @@
+/// The third of the sequencer's three parts: whether dispatches may be proposed at all.
+///
+/// It closes on a real outage only — the log could not make proposals durable (a full disk,
+/// an I/O error) or the link to a replicated log is down — never for a conflict, which is
+/// ordinary when several hubs share a log. While it is closed every dispatch is refused with
+/// `unavailable` (nothing applied); about once a second it asks the log whether it works
+/// again, and opens by itself when it does.
+///
+/// On the event-loop thread only.
+struct DurabilityGate {
+    /// Why dispatches are refused, while they are.
+    private(set) var reason: String?
+    private var lastProbe = ContinuousClock.now
+    /// How often a closed gate asks the log.
+    static let probeInterval: Duration = .seconds(1)
+
+    /// Whether dispatches may be proposed.
+    var isOpen: Bool { reason == nil }
+
+    /// Closes the gate.
+    ///
+    /// - Parameter reason: What the refusals say (what happened, and that nothing was applied).
+    mutating func close(_ reason: String) {
+        if self.reason == nil { lastProbe = .now }
+        self.reason = reason
+    }
+
+    /// While closed, asks the log about once a second whether it works again.
+    ///
+    /// - Parameters:
+    ///   - now: The time.
+    ///   - probe: Asks the log.
+    /// - Returns: Whether the gate opened.
+    mutating func probeIfDue(now: ContinuousClock.Instant, _ probe: () -> Bool) -> Bool {
+        guard reason != nil, now - lastProbe >= Self.probeInterval else { return false }
+        lastProbe = now
+        guard probe() else { return false }
+        reason = nil
+        return true
+    }
+}

@@ -1,0 +1,167 @@
+import SyncCore
+
+/// The first of the sequencer's three parts: turns a dispatch into a proposal for the log.
+///
+/// For each dispatch, in order: de-duplication on its session (against what the applier has
+/// recorded, then against proposals still in flight), then the frame (an envelope that does
+/// not fit one frame is refused before the reducer runs), then validation against the
+/// **speculative** state (the applied state plus every proposal in flight). What passes is
+/// proposed with the next speculative seq, its `action` frame encoded once and kept for the
+/// applier. Nothing here touches the applied (root) state or advances the applied seq.
+///
+/// On the event-loop thread only.
+final class Proposer {
+    /// A proposal the log has not yet appended.
+    struct InFlight {
+        let record: LogRecord
+        /// The `action` frame (and its `checkpoint` frame, if one follows), encoded once.
+        let frame: [UInt8]
+    }
+
+    /// What became of a dispatch.
+    enum Outcome: Equatable {
+        /// Proposed as this seq; the `action` broadcast will acknowledge it.
+        case proposed(UInt64)
+        /// Refused; nothing changed.
+        case refused(WireError)
+        /// The session already had this id: sequenced as this seq (perhaps still in flight).
+        case duplicate(UInt64)
+    }
+
+    let engine: HubEngine
+    /// The seq of the last proposal (the applied seq when nothing is in flight).
+    private(set) var seq: UInt64 = 0
+    /// Proposals not yet appended, oldest first (from `head`).
+    private var inFlight: [InFlight] = []
+    private var head = 0
+    /// The in-flight proposals' (session, id), for de-duplication before they are applied.
+    private var inFlightIDs: [JSONKey: [DispatchID: UInt64]] = [:]
+    /// How a proposal gets a checkpoint digest.
+    private let checkpointEvery: UInt64
+    /// Bumped whenever the speculative state is reset (so cached serialisations of it are stale).
+    private(set) var epoch = 0
+
+    init(engine: HubEngine, checkpointEvery: UInt64) {
+        self.engine = engine
+        self.checkpointEvery = checkpointEvery
+    }
+
+    /// The number of proposals in flight.
+    var inFlightCount: Int { inFlight.count - head }
+
+    /// The oldest proposal in flight.
+    var oldest: InFlight? { head < inFlight.count ? inFlight[head] : nil }
+
+    /// Whether a `checkpoint` follows the action with this seq.
+    func isCheckpoint(_ seq: UInt64) -> Bool { checkpointEvery > 0 && seq % checkpointEvery == 0 }
+
+    /// Starts over from the applied state at `applied` (start-up, or after proposals were voided).
+    func restart(at applied: UInt64) {
+        for entry in inFlight[head...] { forgetID(entry.record) }
+        inFlight.removeAll(keepingCapacity: true)
+        head = 0
+        seq = applied
+        engine.reset()
+        epoch &+= 1
+    }
+
+    /// The seq a session's dispatch id was sequenced (or proposed) as, if it was.
+    ///
+    /// - Parameters:
+    ///   - session: The dispatcher's session.
+    ///   - id: The dispatcher's id.
+    ///   - applied: The applied sessions (exactly-once across reconnects and restarts).
+    /// - Returns: The original's seq (perhaps still in flight), or `nil` for a new dispatch.
+    func duplicate(session: String?, id: DispatchID, applied: SessionTable) -> UInt64? {
+        guard let session else { return nil }
+        if let original = applied.seq(session: session, id: id) { return original }
+        return inFlightIDs[JSONKey(session)]?[id]
+    }
+
+    /// Frames, validates and proposes one dispatch (already de-duplicated).
+    ///
+    /// - Parameters:
+    ///   - action: The action's JSON.
+    ///   - id: The dispatcher's id.
+    ///   - origin: The dispatching replica.
+    ///   - session: The dispatcher's session.
+    ///   - snapshotDigest: Serialises the speculative state and returns its digest (for a checkpoint).
+    /// - Returns: What became of it, and the record to propose to the log.
+    func propose(_ action: JSON, id: DispatchID, origin: Int, session: String?,
+                 snapshotDigest: () -> String) -> (Outcome, LogRecord?) {
+        let next = seq + 1
+        // The envelope is encoded before the reducer runs: its canonical form may be longer
+        // than what the client sent, and an action that cannot be framed must be refused
+        // before it changes the state.
+        var frame: [UInt8] = []
+        do throws(FrameError) {
+            try Frame.appendActionEnvelope(seq: next, origin: origin, id: id, action: action, to: &frame)
+        } catch {
+            return (.refused(WireError(.frameTooLarge, "the action's canonical form does not fit one frame (\(error.description)); split it into smaller actions")), nil)
+        }
+        switch engine.propose(action) {
+        case .applied:
+            break
+        case .badAction(let message):
+            return (.refused(WireError(.badAction, message)), nil)
+        case .rejected(let message):
+            return (.refused(WireError(.rejected, message)), nil)
+        }
+        seq = next
+        var checkpoint: String?
+        if isCheckpoint(next) {
+            // The digest of the state right after this action (the speculative state now).
+            let digest = snapshotDigest()
+            checkpoint = digest
+            if let bytes = try? Frame.encode(HubMessage.checkpoint(seq: next, digest: digest)) {
+                frame.append(contentsOf: bytes)
+            }
+        }
+        let record = LogRecord(seq: next, origin: origin, id: id, session: session, action: action, checkpoint: checkpoint)
+        if head > 0, head == inFlight.count {
+            inFlight.removeAll(keepingCapacity: true)
+            head = 0
+        }
+        inFlight.append(InFlight(record: record, frame: frame))
+        if let session { inFlightIDs[JSONKey(session), default: [:]][id] = next }
+        return (.proposed(next), record)
+    }
+
+    /// Takes the oldest proposal out of flight because the log appended it.
+    ///
+    /// - Parameter record: The appended record.
+    /// - Returns: The proposal when the record is it (same seq, origin and id), else `nil`.
+    func takeAppended(_ record: LogRecord) -> InFlight? {
+        guard let oldest, oldest.record.seq == record.seq, oldest.record.origin == record.origin,
+              oldest.record.id == record.id else { return nil }
+        head += 1
+        forgetID(oldest.record)
+        if head == inFlight.count {
+            inFlight.removeAll(keepingCapacity: true)
+            head = 0
+        }
+        return oldest
+    }
+
+    /// The proposals from seq `from` on, which the log will not append where they were
+    /// proposed; they are forgotten (the caller judges their dispatches again).
+    ///
+    /// - Returns: How many were voided.
+    @discardableResult
+    func void(from: UInt64) -> Int {
+        var voided = 0
+        while inFlight.count > head, let last = inFlight.last, last.record.seq >= from {
+            forgetID(last.record)
+            inFlight.removeLast()
+            voided += 1
+        }
+        return voided
+    }
+
+    private func forgetID(_ record: LogRecord) {
+        guard let session = record.session else { return }
+        let key = JSONKey(session)
+        inFlightIDs[key]?[record.id] = nil
+        if inFlightIDs[key]?.isEmpty == true { inFlightIDs[key] = nil }
+    }
+}

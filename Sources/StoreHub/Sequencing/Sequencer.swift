@@ -1,0 +1,282 @@
+import SyncCore
+
+/// The single order of actions, over a ``HubLog``: the ``Proposer`` (de-duplication and
+/// validation against the speculative state), the ``Applier`` (the only code that advances
+/// the applied seq) and the ``DurabilityGate`` (real outages), driven once per pass of the
+/// event loop by ``pump(now:)``.
+///
+/// It knows no connection: a dispatch comes in as (action, id, origin, session) and its
+/// acknowledgement goes out as the `action` frame the applier appends to the backlog; the
+/// event loop matches everything else (refusals, barriers, welcomes) to connections in its
+/// ``RequestPipeline``.
+///
+/// The path of one dispatch: ``dispatch(_:id:origin:session:)`` de-duplicates it, checks the
+/// gate, and has the proposer validate it and propose it to the log with the next seq; at
+/// the end of the pass `pump` flushes the log (the group commit), polls it, and the applier
+/// applies every appended record in log order. A record the log refuses is voided: the
+/// speculative state is reset once nothing else is in flight, and the loop judges the
+/// voided dispatches again.
+///
+/// On the event-loop thread only.
+final class Sequencer {
+    let engine: HubEngine
+    let log: any HubLog
+    /// The id of this sequence of actions.
+    let history: String
+    private let proposer: Proposer
+    private let applier: Applier
+    private var gate = DurabilityGate()
+    /// After proposals were voided: no new judging until every proposal still in flight is
+    /// appended and the speculative state is reset.
+    private var settling = false
+    /// After a conflict: no new judging until the applied seq reaches this (the log's end).
+    private var catchUpTo: UInt64 = 0
+    private var events: [LogEvent] = []
+    private var lastExpiry = ContinuousClock.now
+    private let snapshotEvery: UInt64
+    private var lastSnapshotSeq: UInt64 = 0
+    private var nextReplica = 1
+    private var replicaLeaseEnd = 0
+    private let note: @Sendable (String) -> Void
+
+    /// What one pump found that the event loop must act on.
+    struct PumpResult {
+        /// Proposals from this seq on were voided: the loop judges their requests again.
+        var voidedFrom: UInt64?
+        /// The log cannot go on safely: the hub must stop.
+        var broken: StorageError?
+        /// The gate opened again.
+        var becameAvailable = false
+    }
+
+    /// Opens the log and replays what it holds into the root state.
+    ///
+    /// - Throws: ``StorageError`` when the log cannot be opened or its contents do not apply.
+    init(engine: HubEngine, log: any HubLog, snapshotEvery: Int, backlogActions: Int, backlogBytes: Int,
+         checkpointEvery: Int, dedupWindow: Int, note: @escaping @Sendable (String) -> Void) throws(StorageError) {
+        self.engine = engine
+        self.log = log
+        self.snapshotEvery = UInt64(max(1, snapshotEvery))
+        self.note = note
+        let backlog = Backlog(minimumActions: backlogActions, maximumBytes: backlogBytes)
+        proposer = Proposer(engine: engine, checkpointEvery: UInt64(max(0, checkpointEvery)))
+        applier = Applier(engine: engine, backlog: backlog, dedupWindow: dedupWindow, note: note)
+        let start = try log.open()
+        history = start.history
+        for warning in start.warnings { note("hubd: warning: \(warning)") }
+        do throws(StorageError) {
+            try applier.start(from: start, now: .now)
+        } catch {
+            log.close()
+            throw error
+        }
+        proposer.restart(at: applier.seq)
+        lastSnapshotSeq = start.snapshot?.seq ?? 0
+        nextReplica = max(1, start.snapshot?.nextReplica ?? 1, start.largestOrigin + 1, start.replicaLease)
+        recoveredFrom = start
+    }
+
+    /// What the log held at start (for the start-up line); released after it is read.
+    private(set) var recoveredFrom: LogStart?
+
+    /// Forgets what the log held at start.
+    func dropRecovery() { recoveredFrom = nil }
+
+    /// The seq of the last applied action.
+    var appliedSeq: UInt64 { applier.seq }
+    /// The seq of the last proposal (the applied seq when nothing is in flight).
+    var proposedSeq: UInt64 { proposer.seq }
+    /// The applied frames every attached replica reads.
+    var backlog: Backlog { applier.backlog }
+    /// Why dispatches are refused, while they are.
+    var unavailableReason: String? { gate.reason }
+    /// Whether new requests may be judged now: not while proposals voided by a conflict or a
+    /// failure are settling, nor while catching up with records another hub wrote.
+    var isJudging: Bool { !settling && applier.seq >= catchUpTo }
+    /// Storage facts for `status`.
+    var logStatus: LogStatus { log.status }
+    /// The number of proposals in flight.
+    var inFlightCount: Int { proposer.inFlightCount }
+
+    /// Whether a `checkpoint` follows the action with this seq.
+    func isCheckpoint(_ seq: UInt64) -> Bool { proposer.isCheckpoint(seq) }
+
+    // MARK: - Dispatching
+
+    /// De-duplicates, validates and proposes one dispatch.
+    ///
+    /// - Parameters:
+    ///   - action: The action's JSON.
+    ///   - id: The dispatcher's id.
+    ///   - origin: The dispatching replica.
+    ///   - session: The dispatcher's session.
+    /// - Returns: `proposed` (acknowledged later by its `action` frame), `refused`, or
+    ///   `duplicate` with the original's seq (which may still be in flight).
+    func dispatch(_ action: JSON, id: DispatchID, origin: Int, session: String?) -> Proposer.Outcome {
+        if let original = proposer.duplicate(session: session, id: id, applied: applier.sessions) {
+            return .duplicate(original)
+        }
+        if let reason = gate.reason { return .refused(WireError(.unavailable, reason)) }
+        let expecting = proposer.seq
+        let (outcome, record) = proposer.propose(action, id: id, origin: origin, session: session,
+                                                 snapshotDigest: { speculativeSnapshot().digest })
+        if let record { log.propose([record], expectingLast: expecting) }
+        return outcome
+    }
+
+    /// The seq a session's dispatch id was applied as, if the hub remembers it.
+    func applied(session: String, id: DispatchID) -> UInt64? { applier.sessions.seq(session: session, id: id) }
+
+    // MARK: - The pass
+
+    /// The end of a pass: the log's group commit, then everything it reports, applied.
+    ///
+    /// - Parameter now: The time.
+    /// - Returns: What the event loop must act on.
+    func pump(now: ContinuousClock.Instant) -> PumpResult {
+        var result = PumpResult()
+        log.flush()
+        events.removeAll(keepingCapacity: true)
+        log.poll(into: &events)
+        for event in events {
+            switch event {
+            case .appended(let record):
+                guard record.seq == applier.seq + 1 else {
+                    if record.seq <= applier.seq { continue }
+                    result.broken = StorageError("the log went from seq \(applier.seq) to \(record.seq), skipping records; the hub stops rather than serve a state with a gap")
+                    continue
+                }
+                let own = proposer.takeAppended(record)
+                if own == nil, let oldest = proposer.oldest, oldest.record.seq <= record.seq {
+                    // Another writer got this seq: every proposal from here on is void.
+                    void(from: oldest.record.seq, into: &result)
+                }
+                applier.apply(record, own: own, now: now)
+            case .conflict(let from, let logLast):
+                catchUpTo = max(catchUpTo, logLast)
+                void(from: from, into: &result)
+            case .failed(let from, let error):
+                let reason = "the hub cannot write its journal (\(error.message)); nothing was applied — retry once the disk has room or works again"
+                if gate.isOpen { note("hubd: \(error.message); refusing dispatches with unavailable until writing works again") }
+                gate.close(reason)
+                void(from: from, into: &result)
+            case .inDoubt(_, let reason):
+                if gate.isOpen { note("hubd: \(reason); refusing dispatches with unavailable until the log is back") }
+                gate.close("the hub cannot reach its log (\(reason)); nothing was applied — retry once it is back")
+            case .broken(let error):
+                result.broken = error
+            }
+        }
+        if proposer.inFlightCount == 0 {
+            if settling {
+                applier.materializeRoot()
+                proposer.restart(at: applier.seq)
+                settling = false
+            } else {
+                applier.adoptSpeculative()
+            }
+        }
+        applier.releaseFrames()
+        if proposer.inFlightCount == 0, gate.isOpen, applier.seq - lastSnapshotSeq >= snapshotEvery { writeSnapshot() }
+        if gate.probeIfDue(now: now, { log.probe() }) {
+            note("hubd: the log can be written again; accepting dispatches")
+            result.becameAvailable = true
+        }
+        if now - lastExpiry >= .seconds(60) {
+            lastExpiry = now
+            applier.expireSessions(now: now)
+        }
+        let evicted = applier.takeEvictedSessions()
+        if !evicted.isEmpty {
+            note("hubd: forgot \(evicted.count) client sessions to stay within \(SessionTable.maxSessions) (least recently used first): \(evicted.map { ControlCharacters.escaped($0) }.joined(separator: ", ")); a dispatch they re-send now is applied again")
+        }
+        return result
+    }
+
+    private func void(from: UInt64, into result: inout PumpResult) {
+        guard proposer.void(from: from) > 0 else { return }
+        settling = true
+        result.voidedFrom = min(result.voidedFrom ?? from, from)
+    }
+
+    // MARK: - Replica ids
+
+    /// How many ids one reservation covers.
+    static let replicaBlock = 1_024
+
+    /// A new replica id, unique within the history, also across restarts and crashes (and,
+    /// with a shared log, across hubs): ids are reserved durably in blocks before they are
+    /// handed out.
+    func takeReplicaID() -> Int {
+        if nextReplica >= replicaLeaseEnd {
+            do throws(StorageError) {
+                let block = try log.reserveReplicaIDs(from: nextReplica, count: Self.replicaBlock)
+                nextReplica = max(nextReplica, block.lowerBound)
+                replicaLeaseEnd = block.upperBound
+            } catch {
+                note("hubd: \(error.message); replica ids handed out now may be handed out again after a crash")
+            }
+        }
+        defer { nextReplica += 1 }
+        return nextReplica
+    }
+
+    // MARK: - Snapshots
+
+    /// Whether a replica that applied everything up to `seq` can be sent the rest from the backlog.
+    func canResume(after seq: UInt64) -> Bool {
+        seq <= applier.seq && (backlog.covers(after: seq) || seq >= backlog.lastSeq)
+    }
+
+    /// The state's canonical bytes and digest at one seq, shared by every `welcome` and
+    /// `status` at that seq (a reference-counted buffer, never copied per connection).
+    struct Snapshot {
+        let seq: UInt64
+        let stateBytes: SharedBytes
+        let digest: String
+    }
+
+    private var snapshotCache: (snapshot: Snapshot, epoch: Int)?
+
+    /// The state as of ``proposedSeq``: the applied state plus every proposal in flight,
+    /// serialised at most once per seq.
+    func speculativeSnapshot() -> Snapshot {
+        if let cached = snapshotCache, cached.snapshot.seq == proposer.seq, cached.epoch == proposer.epoch {
+            return cached.snapshot
+        }
+        let bytes = engine.snapshot(.speculative).canonicalBytes
+        let snapshot = Snapshot(seq: proposer.seq, stateBytes: SharedBytes(bytes), digest: Digest.hex(Digest.fnv1a64(bytes)))
+        snapshotCache = (snapshot, proposer.epoch)
+        return snapshot
+    }
+
+    /// Writes a snapshot of the applied state (every `snapshotEvery` actions and at a clean stop).
+    private func writeSnapshot() {
+        guard proposer.inFlightCount == 0, applier.seq > lastSnapshotSeq || applier.seq == 0 else { return }
+        applier.adoptSpeculative()
+        let current = speculativeSnapshot()
+        let state = engine.snapshot(.root)
+        // A snapshot the app cannot read back would keep the hub from starting; the log
+        // still holds every action, so skipping it loses nothing.
+        if let error = engine.validate(state) {
+            note("hubd: not writing a snapshot at seq \(applier.seq): the state does not decode from its own encoding (\(error.message)); the journal still holds every action. The app's encodeState/decodeState must round-trip (a Codable state needs integers within ±(2^53 − 1) and finite numbers)")
+            lastSnapshotSeq = applier.seq
+            return
+        }
+        let stored = StoredSnapshot(seq: applier.seq, digest: current.digest, state: state, nextReplica: nextReplica,
+                                    sessions: applier.sessions.json)
+        do throws(StorageError) {
+            try log.writeSnapshot(stored)
+            lastSnapshotSeq = applier.seq
+        } catch {
+            note("hubd: \(error.message); the journal still holds every action, so nothing is lost")
+            lastSnapshotSeq = applier.seq
+        }
+    }
+
+    /// Writes a final snapshot (unless the log is failing) and releases the log.
+    func close() {
+        if gate.isOpen, proposer.inFlightCount == 0, applier.seq > lastSnapshotSeq { writeSnapshot() }
+        log.close()
+    }
+}
