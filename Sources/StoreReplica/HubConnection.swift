@@ -14,11 +14,15 @@ public final class HubConnection {
 
     /// Connects to the hub at `path`.
     ///
+    /// The socket's directory must belong to this user or root (or the user named by
+    /// `$STORESYNC_HUB_UID`) and be writable by no one else, and the process serving the socket
+    /// must run as one of them; anything else is refused before a byte is sent.
+    ///
     /// - Parameter path: The socket path.
-    /// - Throws: ``ReplicaError/noHub(_:)`` naming the path and how to start a hub.
+    /// - Throws: ``ReplicaError/noHub(_:)`` naming the path and what to do.
     public init(path: String) throws(ReplicaError) {
         do {
-            fd = try UnixSocket.connect(to: path)
+            fd = try UnixSocket.connect(to: path, trusting: try SocketPath.trustedOwners())
         } catch {
             throw .noHub(error.message)
         }

@@ -69,6 +69,12 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              this replica now has). dispatch always retries a dropped link (up to 10
                              attempts) on its session: an action is applied once, never twice.
       --pointer P            With state: print only the value at JSON Pointer P.
+      --hub-uid UID          Trust a hub run by this user (name or number) besides yourself and
+                             root (the same as $STORESYNC_HUB_UID). Before connecting, the socket's
+                             directory must belong to one of them and be writable by no one else;
+                             after, the process serving the socket must run as one of them.
+                             Anything else is refused before a byte is sent.
+      --version              Print the StoreSync version and exit.
       -h, --help             Print this help and exit.
 
     SHORTHAND (besides JSON actions such as {"type":"increment"}):
@@ -91,7 +97,8 @@ struct Options {
 }
 
 func fail(_ message: String, status: Int32 = 1) -> Never {
-    Console.error("\(ReplicaCommand.program): \(message)")
+    // Text from the hub (and, through it, from other clients) never drives the terminal.
+    Console.error("\(ReplicaCommand.program): \(ControlCharacters.escaped(message))")
     exit(status)
 }
 
@@ -113,6 +120,12 @@ func parseOptions(apps: [any SyncApp]) -> Options {
         case "--pointer": options.pointer = value(argument)
         case "--json": options.json = true
         case "--no-reconnect": options.noReconnect = true
+        case "--hub-uid":
+            // The library reads it from the environment, as every client of this process would.
+            setenv(SocketPath.hubUIDVariable, value(argument), 1)
+        case "--version":
+            Console.out("\(ReplicaCommand.program) (StoreSync \(StoreSyncVersion.current))")
+            exit(0)
         case "--":
             options.arguments.append(contentsOf: cursor.rest())
         default:
@@ -199,7 +212,7 @@ public enum ReplicaCommand {
             Console.out(HubMessage.status(status).json.canonicalString)
             return
         }
-        let replicas = status.replicas.map { $0.name.isEmpty ? "\($0.replica)" : "\($0.replica) (\($0.name))" }
+        let replicas = status.replicas.map { $0.name.isEmpty ? "\($0.replica)" : "\($0.replica) (\(ControlCharacters.escaped($0.name)))" }
         Console.out("""
             hub          \(status.hub)
             app          \(status.app) (\(status.fingerprint))

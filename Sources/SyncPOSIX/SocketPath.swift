@@ -126,6 +126,25 @@ public enum SocketPath {
     /// - Returns: The staging path.
     public static func stagingPath(for path: String) -> String { path + ".new" }
 
+    /// The environment variable naming the user (number or name) a client trusts to serve the
+    /// hub's socket besides itself and root, for a hub run by another user (a system service).
+    public static let hubUIDVariable = "STORESYNC_HUB_UID"
+
+    /// The users whose hub a client accepts: itself, root, and `$STORESYNC_HUB_UID` if set.
+    ///
+    /// - Returns: The user ids.
+    /// - Throws: ``SystemError`` when `STORESYNC_HUB_UID` names no user.
+    public static func trustedOwners() throws(SystemError) -> Set<UInt32> {
+        var owners: Set<UInt32> = [geteuid(), 0]
+        if let text = environment(hubUIDVariable), !text.isEmpty {
+            guard let uid = Accounts.uid(text) else {
+                throw SystemError("$\(hubUIDVariable) is \"\(text)\", which is no user on this system; set it to the hub's user name or uid")
+            }
+            owners.insert(uid)
+        }
+        return owners
+    }
+
     /// The directory part of a path ("." for a bare name).
     ///
     /// - Parameter path: A path.

@@ -136,7 +136,36 @@ public enum UnixSocket {
         }
     }
 
-    /// Connects to the hub at `path` (blocking).
+    /// Connects to the hub at `path` (blocking), as a client that trusts only certain users.
+    ///
+    /// Before connecting, the socket's directory must pass
+    /// ``SocketPath/checkDirectory(for:owners:sharedGroup:side:)`` (owned by one of `owners`);
+    /// after connecting, the process at the other end must run as one of `owners` (peer
+    /// credentials), as ssh-agent clients check their agent. So a socket another user put in
+    /// the hub's place is refused before anything is sent to it.
+    ///
+    /// - Parameters:
+    ///   - path: The socket path.
+    ///   - owners: The users whose hub this client accepts (itself, root, and the hub's user
+    ///     when it is another); `nil` connects to whatever listens (for a hub's own probes).
+    /// - Returns: The connected descriptor, close-on-exec, in blocking mode.
+    /// - Throws: ``SystemError`` that names the path and says what to do.
+    public static func connect(to path: String, trusting owners: Set<UInt32>) throws(SystemError) -> Int32 {
+        try SocketPath.validate(path)
+        try SocketPath.checkDirectory(for: path, owners: owners, sharedGroup: nil, side: "client")
+        let fd = try connect(to: path)
+        guard let peer = PeerCredentials.of(fd) else {
+            close(fd)
+            throw SystemError("cannot tell which user serves \(path) (no peer credentials); refusing to talk to it", errno: EPERM)
+        }
+        guard owners.contains(peer.uid) else {
+            close(fd)
+            throw SystemError("the socket \(path) is served by uid \(peer.uid) (\(Accounts.userName(peer.uid)), pid \(peer.pid)), not by you or root; nothing was sent. If that is the hub you mean, set STORESYNC_HUB_UID=\(peer.uid) (replica-cli --hub-uid \(peer.uid)); otherwise someone else is squatting on the path", errno: EPERM)
+        }
+        return fd
+    }
+
+    /// Connects to whatever listens at `path` (blocking), without checking who it is.
     ///
     /// - Parameter path: The socket path.
     /// - Returns: The connected descriptor, close-on-exec, in blocking mode.

@@ -51,9 +51,11 @@ package final class FileLog: HubLog {
     private var appendSize = 0
     /// `next-segment.tmp`, opened ahead of need.
     private var spareFD: Int32 = -1
-    /// Framed records proposed since the last write.
+    /// Framed records proposed since the last write, and the seqs of the first and last.
     private var pending: [UInt8] = []
-    private var pendingRecords: [LogRecord] = []
+    private var pendingFirst: UInt64 = 0
+    private var pendingLast: UInt64 = 0
+    private var pendingCount: UInt64 { pendingLast >= pendingFirst && pendingFirst > 0 ? pendingLast - pendingFirst + 1 : 0 }
     private var events: [LogEvent] = []
     /// The seq of the last durable record.
     private var lastSeq: UInt64 = 0
@@ -62,6 +64,8 @@ package final class FileLog: HubLog {
     private var isBroken = false
     private var snapshotSeq: UInt64 = 0
     private var lastFsyncMicroseconds = 0
+    /// Group commits written since the log opened.
+    private var commits = 0
 
     static let metaName = "storesync.json"
     static let lockName = "lock"
@@ -155,16 +159,17 @@ package final class FileLog: HubLog {
 
     package func propose(_ records: [LogRecord], expectingLast: UInt64) {
         guard let first = records.first else { return }
-        if isBroken || failure != nil || expectingLast != lastSeq + UInt64(pendingRecords.count) {
+        if isBroken || failure != nil || expectingLast != lastSeq + pendingCount {
             // Only the hub writes here, so a wrong expectation is the hub's own mistake; nothing
             // is appended, and the hub is told as it would be of a full disk.
-            let reason = failure ?? StorageError("the journal ends at seq \(lastSeq + UInt64(pendingRecords.count)), a proposal expected \(expectingLast)")
+            let reason = failure ?? StorageError("the journal ends at seq \(lastSeq + pendingCount), a proposal expected \(expectingLast)")
             events.append(.failed(from: first.seq, reason))
             return
         }
         for record in records {
             JournalFormat.appendRecord(record, to: &pending)
-            pendingRecords.append(record)
+            if pendingCount == 0 { pendingFirst = record.seq }
+            pendingLast = record.seq
             // `always`: each record is its own group commit, fsynced before the next.
             if mode == .always {
                 writeGroup()
@@ -184,18 +189,21 @@ package final class FileLog: HubLog {
     package var readiness: LogReadiness? { nil }
     package var nextDeadline: ContinuousClock.Instant? { nil }
     package var isShared: Bool { false }
+    package var mayRefuse: Bool { true }
 
     /// Writes the pending records and their commit mark in one write, fsyncs per the mode,
     /// and reports them appended; on failure undoes the write and reports them failed.
     private func writeGroup() {
-        guard let first = pendingRecords.first, let last = pendingRecords.last else { return }
+        guard pendingCount > 0 else { return }
+        let first = pendingFirst, last = pendingLast
         defer {
             pending.removeAll(keepingCapacity: pending.capacity <= 1 << 20)
-            pendingRecords.removeAll(keepingCapacity: true)
+            pendingFirst = 0
+            pendingLast = 0
         }
-        JournalFormat.appendCommit(seq: last.seq, groupStart: 0, to: &pending)
+        JournalFormat.appendCommit(seq: last, groupStart: 0, to: &pending)
         do throws(SystemError) {
-            if appendFD < 0 { try startSegment(first: first.seq) }
+            if appendFD < 0 { try startSegment(first: first) }
             if let code = StorageFaults.writeFailure.withLock({ $0 }) {
                 throw SystemError("cannot write \(appendName): \(SystemError.describe(errno: code))", errno: code)
             }
@@ -207,12 +215,13 @@ package final class FileLog: HubLog {
                 lastFsyncMicroseconds = Int(elapsed.seconds) * 1_000_000 + Int(elapsed.attoseconds / 1_000_000_000_000)
             }
         } catch {
-            undo(error, first: first.seq)
+            undo(error, first: first)
             return
         }
         appendSize += pending.count
-        lastSeq = last.seq
-        for record in pendingRecords { events.append(.appended(record)) }
+        lastSeq = last
+        events.append(.accepted(through: last))
+        commits += 1
         if appendSize >= segmentBytes { closeSegment() }
     }
 
@@ -372,6 +381,7 @@ package final class FileLog: HubLog {
         status.segments = segments.count
         status.snapshotSeq = snapshotSeq
         status.lastFsyncMicroseconds = lastFsyncMicroseconds
+        status.commits = commits
         return status
     }
 

@@ -79,6 +79,10 @@ package protocol HubLog: AnyObject {
     /// is then waited for, instead of being sent a full welcome at an older seq).
     var isShared: Bool { get }
 
+    /// Whether the log may ever refuse a proposal (a full disk, another writer): the applied
+    /// state is then kept aside while proposals are in flight. `false` only for memory.
+    var mayRefuse: Bool { get }
+
     /// Releases files, locks and connections.
     func close()
 }
@@ -100,6 +104,10 @@ package struct LogReadiness: Equatable {
 package enum LogEvent: Equatable {
     /// A record appended at its seq, whichever hub wrote it. Seqs come contiguous.
     case appended(LogRecord)
+    /// This hub's own proposals, in the order proposed, appended up to and including seq
+    /// `through` (a log with one writer reports its group commits this way, without echoing
+    /// the records).
+    case accepted(through: UInt64)
     /// The proposals from seq `from` on were refused because another writer appended first;
     /// the log now ends at or after `logLast`. None of them was appended.
     case conflict(from: UInt64, logLast: UInt64)
@@ -200,6 +208,9 @@ package struct LogStatus: Sendable, Equatable {
     package var snapshotSeq: UInt64 = 0
     /// The last fsync's duration in microseconds (0: none yet).
     package var lastFsyncMicroseconds: Int = 0
+    /// Group commits written since the hub started (each one write, and one fsync under
+    /// `always` and `batch`).
+    package var commits: Int = 0
     /// For a shared log: the `log` member of `status` (kind, servers, stream, last seq, connected).
     package var shared: JSON?
 
@@ -233,7 +244,7 @@ public struct StorageError: Error, Sendable, Equatable, CustomStringConvertible 
 /// The hub without a data directory: nothing survives the process. Every proposal is
 /// appended at the next flush.
 package final class MemoryLog: HubLog {
-    private var proposed: [LogRecord] = []
+    private var proposedThrough: UInt64?
     private var events: [LogEvent] = []
     private let history: String
 
@@ -241,12 +252,15 @@ package final class MemoryLog: HubLog {
     package init(history: String = Digest.hex(UInt64.random(in: 0...UInt64.max))) { self.history = history }
 
     package func open() throws(StorageError) -> LogStart { LogStart(history: history) }
-    package func propose(_ records: [LogRecord], expectingLast: UInt64) { proposed.append(contentsOf: records) }
-    package func flush() {
-        guard !proposed.isEmpty else { return }
-        for record in proposed { events.append(.appended(record)) }
-        proposed.removeAll(keepingCapacity: true)
+    package func propose(_ records: [LogRecord], expectingLast: UInt64) {
+        if let last = records.last { proposedThrough = last.seq }
     }
+    package func flush() {
+        guard let through = proposedThrough else { return }
+        events.append(.accepted(through: through))
+        proposedThrough = nil
+    }
+    package var mayRefuse: Bool { false }
     package func poll(into events: inout [LogEvent]) {
         guard !self.events.isEmpty else { return }
         events.append(contentsOf: self.events)
@@ -280,5 +294,6 @@ package final class ReplayLog: HubLog {
     package func probe() -> Bool { false }
     package var status: LogStatus { LogStatus(kind: "replay", location: "replay") }
     package var isShared: Bool { false }
+    package var mayRefuse: Bool { false }
     package func close() {}
 }

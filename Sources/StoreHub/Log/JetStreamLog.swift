@@ -22,5 +22,6 @@ package final class JetStreamLog: HubLog {
     package func probe() -> Bool { false }
     package var status: LogStatus { LogStatus(kind: "nats", location: configuration.redacted) }
     package var isShared: Bool { true }
+    package var mayRefuse: Bool { true }
     package func close() {}
 }

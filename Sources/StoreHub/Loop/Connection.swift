@@ -72,6 +72,8 @@ final class Connection {
     var pipelined = 0
     /// What is owed to it.
     var output = ConnectionOutput()
+    /// Its session's entry in the session table, once attached with a session.
+    var session: SessionEntry?
     /// Until when a full `welcome` queued for it must have been read (`--welcome-timeout`).
     var welcomeDeadline: ContinuousClock.Instant?
     /// The private byte count at which that welcome is fully written.

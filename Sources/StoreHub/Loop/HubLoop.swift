@@ -376,6 +376,7 @@ final class HubLoop {
                 sessionOwners[key] = connection
             }
             connection.state = .attached(replica: replica, name: hello.name, session: hello.session)
+            connection.session = hello.session.map { sequencer.session(named: $0) }
             submit(connection, .welcome(replica: replica, resume: hello.resume))
         }
     }
@@ -390,10 +391,10 @@ final class HubLoop {
         case .refused(let id, let error):
             return (.reject(id, error), sequencer.proposedSeq)
         case .dispatch(let id, let action):
-            guard case .attached(let origin, _, let session) = connection.state else {
+            guard case .attached(let origin, _, _) = connection.state else {
                 return (.reject(id, WireError(.notAttached, "the connection is no longer attached")), sequencer.proposedSeq)
             }
-            switch sequencer.dispatch(action, id: id, origin: origin, session: session) {
+            switch sequencer.dispatch(action, id: id, origin: origin, session: connection.session) {
             case .proposed(let seq): return (.proposed, seq)
             case .refused(let error): return (.reject(id, error), sequencer.proposedSeq)
             case .duplicate(let seq): return (.duplicate(id, seq), max(seq, sequencer.proposedSeq))

@@ -26,9 +26,12 @@ final class Applier {
     private var frameStarts: [Int] = []
     private var framesFirst: UInt64 = 1
     private let note: @Sendable (String) -> Void
+    /// Whether the engine keeps the root state apart from the speculative one.
+    let keepsRoot: Bool
 
-    init(engine: HubEngine, backlog: Backlog, dedupWindow: Int, note: @escaping @Sendable (String) -> Void) {
+    init(engine: HubEngine, backlog: Backlog, dedupWindow: Int, keepsRoot: Bool, note: @escaping @Sendable (String) -> Void) {
         self.engine = engine
+        self.keepsRoot = keepsRoot
         self.backlog = backlog
         self.sessions = SessionTable(window: dedupWindow)
         self.note = note
@@ -133,37 +136,47 @@ final class Applier {
 
     // MARK: - Applying
 
-    /// Applies one appended record.
+    /// Applies one of this hub's own proposals, which the log appended at its seq (`seq + 1`):
+    /// its action is already in the speculative state and its frame encoded.
     ///
     /// - Parameters:
-    ///   - record: The record; its seq is `seq + 1`.
-    ///   - own: This hub's proposal for it (its action is already in the speculative state and
-    ///     its frame encoded), or `nil` for a record another hub wrote.
+    ///   - own: The proposal.
+    ///   - frames: The proposer's frame buffer, which holds its frame.
     ///   - now: The time, for the session table.
-    func apply(_ record: LogRecord, own: Proposer.InFlight?, now: ContinuousClock.Instant) {
+    func apply(own: Proposer.InFlight, frames proposed: [UInt8], now: ContinuousClock.Instant) {
+        let record = own.record
         if frameStarts.isEmpty { framesFirst = record.seq }
         frameStarts.append(frames.count)
-        if let own {
-            pendingRoot.append(record)
-            frames.append(contentsOf: own.frame)
-        } else {
-            materializeRoot()
-            switch engine.apply(record.action) {
-            case .applied:
-                if let digest = record.checkpoint {
-                    let local = Digest.of(engine.snapshot(.root))
-                    if local != digest {
-                        note("hubd: warning: after record seq \(record.seq), written by another hub, this hub's state digest is \(local), the writer's was \(digest): the hubs run reducers that differ (or one is not deterministic); replicas of this hub will re-hydrate at this checkpoint")
-                    }
+        frames.append(contentsOf: proposed[own.frameStart..<own.frameEnd])
+        pendingRoot.append(record)
+        seq = record.seq
+        if let session = own.session { sessions.record(session, id: record.id, seq: record.seq, now: now) }
+    }
+
+    /// Applies one appended record that another hub wrote (its seq is `seq + 1`).
+    ///
+    /// - Parameters:
+    ///   - record: The record.
+    ///   - now: The time, for the session table.
+    func apply(foreign record: LogRecord, now: ContinuousClock.Instant) {
+        if frameStarts.isEmpty { framesFirst = record.seq }
+        frameStarts.append(frames.count)
+        materializeRoot()
+        switch engine.apply(record.action) {
+        case .applied:
+            if let digest = record.checkpoint {
+                let local = Digest.of(engine.snapshot(.root))
+                if local != digest {
+                    note("hubd: warning: after record seq \(record.seq), written by another hub, this hub's state digest is \(local), the writer's was \(digest): the hubs run reducers that differ (or one is not deterministic); replicas of this hub will re-hydrate at this checkpoint")
                 }
-            case .badAction(let message), .rejected(let message):
-                note("hubd: error: record seq \(record.seq), written by another hub, is refused here (\(message)): the hubs run reducers that differ; this hub's state no longer includes it")
             }
-            if let frame = Self.frame(for: record) {
-                frames.append(contentsOf: frame)
-            } else {
-                frameStarts.removeLast()
-            }
+        case .badAction(let message), .rejected(let message):
+            note("hubd: error: record seq \(record.seq), written by another hub, is refused here (\(message)): the hubs run reducers that differ; this hub's state no longer includes it")
+        }
+        if let frame = Self.frame(for: record) {
+            frames.append(contentsOf: frame)
+        } else {
+            frameStarts.removeLast()
         }
         seq = record.seq
         if let session = record.session { sessions.record(session: session, id: record.id, seq: record.seq, now: now) }
@@ -173,6 +186,11 @@ final class Applier {
     /// root state itself: another hub's record, a snapshot, a reset).
     func materializeRoot() {
         guard !pendingRoot.isEmpty else { return }
+        guard keepsRoot else {
+            // One copy: the speculative state already holds them, and nothing else is in flight.
+            pendingRoot.removeAll(keepingCapacity: true)
+            return
+        }
         for record in pendingRoot {
             if case .badAction(let message) = engine.apply(record.action) {
                 note("hubd: error: own record seq \(record.seq) does not apply to the root state (\(message))")
@@ -195,6 +213,12 @@ final class Applier {
         frames.removeAll(keepingCapacity: frames.capacity <= 4 << 20)
         frameStarts.removeAll(keepingCapacity: true)
     }
+
+    /// The session table's entry for a client session.
+    func session(named name: String) -> SessionEntry { sessions.entry(name, now: .now) }
+
+    /// The entry a connection holds, or a fresh one when the table dropped it.
+    func currentSession(_ held: SessionEntry) -> SessionEntry { sessions.current(held, now: .now) }
 
     /// Forgets sessions idle for longer than the session table's limit.
     func expireSessions(now: ContinuousClock.Instant) {

@@ -42,6 +42,8 @@ struct HubEngine: Sendable {
     @usableFromInline let propose: @Sendable (JSON) -> Outcome
     /// Decodes a logged action and applies it to the root state: never `--check-determinism`ed
     /// (the record was accepted once, and refusing it now would keep the hub from going on).
+    /// Another hub's record arrives only while nothing of this hub's is in flight, or after
+    /// the root was kept aside.
     @usableFromInline let apply: @Sendable (JSON) -> Outcome
     /// Makes the root state the speculative one (every proposal was appended, in order).
     @usableFromInline let adopt: @Sendable () -> Void
@@ -55,16 +57,23 @@ struct HubEngine: Sendable {
     @usableFromInline let validate: @Sendable (JSON) -> AppCodingError?
     /// The app's initial state as JSON (a history without a snapshot starts from it).
     @usableFromInline let initialState: JSON
+    /// Whether proposals may be refused by the log: then the root state is kept aside while
+    /// proposals are in flight. `false` (a memory log) keeps a single copy.
+    @usableFromInline let setKeepsRoot: @Sendable (Bool) -> Void
 
     /// The two states, owned by the event-loop thread.
+    ///
+    /// `root` is `nil` while it equals `speculative` (nothing in flight): then one copy is
+    /// kept. The first proposal after that keeps the root aside (one copy-on-write share) when
+    /// proposals may be refused; a log that never refuses (memory) keeps one copy throughout.
     @usableFromInline
     final class States<State>: @unchecked Sendable {
         // @unchecked: the hub touches these only from its event-loop thread (and from `Hub.init`
         // before that thread starts); the box exists so the engine's closures can share them.
-        @usableFromInline var root: State
+        @usableFromInline var root: State?
         @usableFromInline var speculative: State
+        @usableFromInline var keepsRoot = true
         @usableFromInline init(_ state: State) {
-            root = state
             speculative = state
         }
     }
@@ -84,6 +93,9 @@ struct HubEngine: Sendable {
             if checkDeterminism, let refusal = Self.determinismRefusal(app, action: action, json: json, state: states.speculative) {
                 return .rejected(refusal)
             }
+            // The applied state is kept aside before the first speculative change (a share of
+            // its storage; the reducer's first write then copies what it changes).
+            if states.keepsRoot, states.root == nil { states.root = states.speculative }
             do throws(App.Failure) {
                 try app.reduce(into: &states.speculative, action: action)
             } catch {
@@ -99,15 +111,23 @@ struct HubEngine: Sendable {
                 return .badAction(error.message)
             }
             do throws(App.Failure) {
-                try app.reduce(into: &states.root, action: action)
+                if states.root != nil {
+                    try app.reduce(into: &states.root!, action: action)
+                } else {
+                    try app.reduce(into: &states.speculative, action: action)
+                }
             } catch {
                 return .rejected(app.describe(error))
             }
             return .applied
         }
-        adopt = { states.root = states.speculative }
-        reset = { states.speculative = states.root }
-        snapshot = { copy in app.encodeState(copy == .root ? states.root : states.speculative) }
+        adopt = { states.root = nil }
+        reset = {
+            if let root = states.root { states.speculative = root }
+            states.root = nil
+        }
+        snapshot = { copy in app.encodeState(copy == .root ? (states.root ?? states.speculative) : states.speculative) }
+        setKeepsRoot = { states.keepsRoot = $0 }
         validate = { json in
             do throws(AppCodingError) {
                 _ = try app.decodeState(json)
@@ -119,9 +139,8 @@ struct HubEngine: Sendable {
         initialState = app.encodeState(app.initialState)
         restore = { json in
             do throws(AppCodingError) {
-                let state = try app.decodeState(json)
-                states.root = state
-                states.speculative = state
+                states.speculative = try app.decodeState(json)
+                states.root = nil
                 return nil
             } catch {
                 return error

@@ -3,19 +3,23 @@ import SyncCore
 /// The first of the sequencer's three parts: turns a dispatch into a proposal for the log.
 ///
 /// For each dispatch, in order: de-duplication on its session (against what the applier has
-/// recorded, then against proposals still in flight), then the frame (an envelope that does
+/// recorded, and against proposals still in flight), then the frame (an envelope that does
 /// not fit one frame is refused before the reducer runs), then validation against the
 /// **speculative** state (the applied state plus every proposal in flight). What passes is
-/// proposed with the next speculative seq, its `action` frame encoded once and kept for the
-/// applier. Nothing here touches the applied (root) state or advances the applied seq.
+/// proposed with the next speculative seq, its `action` frame encoded once into a buffer the
+/// applier copies from. Nothing here touches the applied (root) state or advances the
+/// applied seq.
 ///
 /// On the event-loop thread only.
 final class Proposer {
     /// A proposal the log has not yet appended.
     struct InFlight {
         let record: LogRecord
-        /// The `action` frame (and its `checkpoint` frame, if one follows), encoded once.
-        let frame: [UInt8]
+        /// The dispatcher's session, if any.
+        let session: SessionEntry?
+        /// Where its `action` frame (and its `checkpoint` frame, if one follows) lies in ``frames``.
+        let frameStart: Int
+        let frameEnd: Int
     }
 
     /// What became of a dispatch.
@@ -34,8 +38,8 @@ final class Proposer {
     /// Proposals not yet appended, oldest first (from `head`).
     private var inFlight: [InFlight] = []
     private var head = 0
-    /// The in-flight proposals' (session, id), for de-duplication before they are applied.
-    private var inFlightIDs: [JSONKey: [DispatchID: UInt64]] = [:]
+    /// The frames of the proposals in flight, back to back (reset when none is in flight).
+    private(set) var frames: [UInt8] = []
     /// How a proposal gets a checkpoint digest.
     private let checkpointEvery: UInt64
     /// Bumped whenever the speculative state is reset (so cached serialisations of it are stale).
@@ -44,6 +48,7 @@ final class Proposer {
     init(engine: HubEngine, checkpointEvery: UInt64) {
         self.engine = engine
         self.checkpointEvery = checkpointEvery
+        frames.reserveCapacity(64 << 10)
     }
 
     /// The number of proposals in flight.
@@ -57,26 +62,22 @@ final class Proposer {
 
     /// Starts over from the applied state at `applied` (start-up, or after proposals were voided).
     func restart(at applied: UInt64) {
-        for entry in inFlight[head...] { forgetID(entry.record) }
+        for entry in inFlight[head...] { entry.session?.inFlight[entry.record.id] = nil }
         inFlight.removeAll(keepingCapacity: true)
         head = 0
+        frames.removeAll(keepingCapacity: true)
         seq = applied
         engine.reset()
         epoch &+= 1
     }
 
-    /// The seq a session's dispatch id was sequenced (or proposed) as, if it was.
+    /// The seq a session's dispatch id was applied (or proposed) as, if it was.
     ///
     /// - Parameters:
     ///   - session: The dispatcher's session.
     ///   - id: The dispatcher's id.
-    ///   - applied: The applied sessions (exactly-once across reconnects and restarts).
     /// - Returns: The original's seq (perhaps still in flight), or `nil` for a new dispatch.
-    func duplicate(session: String?, id: DispatchID, applied: SessionTable) -> UInt64? {
-        guard let session else { return nil }
-        if let original = applied.seq(session: session, id: id) { return original }
-        return inFlightIDs[JSONKey(session)]?[id]
-    }
+    func duplicate(session: SessionEntry?, id: DispatchID) -> UInt64? { session?.seq(of: id) }
 
     /// Frames, validates and proposes one dispatch (already de-duplicated).
     ///
@@ -87,25 +88,27 @@ final class Proposer {
     ///   - session: The dispatcher's session.
     ///   - snapshotDigest: Serialises the speculative state and returns its digest (for a checkpoint).
     /// - Returns: What became of it, and the record to propose to the log.
-    func propose(_ action: JSON, id: DispatchID, origin: Int, session: String?,
+    func propose(_ action: JSON, id: DispatchID, origin: Int, session: SessionEntry?,
                  snapshotDigest: () -> String) -> (Outcome, LogRecord?) {
         let next = seq + 1
         // The envelope is encoded before the reducer runs: its canonical form may be longer
         // than what the client sent, and an action that cannot be framed must be refused
         // before it changes the state.
-        var frame: [UInt8] = []
+        let start = frames.count
         do throws(FrameError) {
-            try Frame.appendActionEnvelope(seq: next, origin: origin, id: id, action: action, to: &frame)
+            try Frame.appendActionEnvelope(seq: next, origin: origin, id: id, action: action, to: &frames)
         } catch {
             return (.refused(WireError(.frameTooLarge, "the action's canonical form does not fit one frame (\(error.description)); split it into smaller actions")), nil)
         }
+        let refusal: WireError?
         switch engine.propose(action) {
-        case .applied:
-            break
-        case .badAction(let message):
-            return (.refused(WireError(.badAction, message)), nil)
-        case .rejected(let message):
-            return (.refused(WireError(.rejected, message)), nil)
+        case .applied: refusal = nil
+        case .badAction(let message): refusal = WireError(.badAction, message)
+        case .rejected(let message): refusal = WireError(.rejected, message)
+        }
+        if let refusal {
+            frames.removeSubrange(start...)
+            return (.refused(refusal), nil)
         }
         seq = next
         var checkpoint: String?
@@ -114,33 +117,38 @@ final class Proposer {
             let digest = snapshotDigest()
             checkpoint = digest
             if let bytes = try? Frame.encode(HubMessage.checkpoint(seq: next, digest: digest)) {
-                frame.append(contentsOf: bytes)
+                frames.append(contentsOf: bytes)
             }
         }
-        let record = LogRecord(seq: next, origin: origin, id: id, session: session, action: action, checkpoint: checkpoint)
-        if head > 0, head == inFlight.count {
-            inFlight.removeAll(keepingCapacity: true)
-            head = 0
-        }
-        inFlight.append(InFlight(record: record, frame: frame))
-        if let session { inFlightIDs[JSONKey(session), default: [:]][id] = next }
+        let record = LogRecord(seq: next, origin: origin, id: id, session: session?.name, action: action, checkpoint: checkpoint)
+        inFlight.append(InFlight(record: record, session: session, frameStart: start, frameEnd: frames.count))
+        session?.inFlight[id] = next
         return (.proposed(next), record)
     }
 
     /// Takes the oldest proposal out of flight because the log appended it.
     ///
-    /// - Parameter record: The appended record.
+    /// - Parameter record: The appended record, or `nil` when the log reports this hub's own
+    ///   proposals accepted in order (the oldest is then taken as it is).
     /// - Returns: The proposal when the record is it (same seq, origin and id), else `nil`.
-    func takeAppended(_ record: LogRecord) -> InFlight? {
-        guard let oldest, oldest.record.seq == record.seq, oldest.record.origin == record.origin,
-              oldest.record.id == record.id else { return nil }
-        head += 1
-        forgetID(oldest.record)
-        if head == inFlight.count {
-            inFlight.removeAll(keepingCapacity: true)
-            head = 0
+    func takeAppended(_ record: LogRecord?) -> InFlight? {
+        guard let oldest else { return nil }
+        if let record {
+            guard oldest.record.seq == record.seq, oldest.record.origin == record.origin, oldest.record.id == record.id else {
+                return nil
+            }
         }
+        head += 1
+        oldest.session?.inFlight[oldest.record.id] = nil
         return oldest
+    }
+
+    /// Frees the frames of proposals already taken once none is in flight any more.
+    func compactIfDrained() {
+        guard head > 0, head == inFlight.count else { return }
+        inFlight.removeAll(keepingCapacity: true)
+        head = 0
+        frames.removeAll(keepingCapacity: frames.capacity <= 4 << 20)
     }
 
     /// The proposals from seq `from` on, which the log will not append where they were
@@ -151,17 +159,10 @@ final class Proposer {
     func void(from: UInt64) -> Int {
         var voided = 0
         while inFlight.count > head, let last = inFlight.last, last.record.seq >= from {
-            forgetID(last.record)
+            last.session?.inFlight[last.record.id] = nil
             inFlight.removeLast()
             voided += 1
         }
         return voided
-    }
-
-    private func forgetID(_ record: LogRecord) {
-        guard let session = record.session else { return }
-        let key = JSONKey(session)
-        inFlightIDs[key]?[record.id] = nil
-        if inFlightIDs[key]?.isEmpty == true { inFlightIDs[key] = nil }
     }
 }

@@ -60,7 +60,8 @@ final class Sequencer {
         self.note = note
         let backlog = Backlog(minimumActions: backlogActions, maximumBytes: backlogBytes)
         proposer = Proposer(engine: engine, checkpointEvery: UInt64(max(0, checkpointEvery)))
-        applier = Applier(engine: engine, backlog: backlog, dedupWindow: dedupWindow, note: note)
+        engine.setKeepsRoot(log.mayRefuse)
+        applier = Applier(engine: engine, backlog: backlog, dedupWindow: dedupWindow, keepsRoot: log.mayRefuse, note: note)
         let start = try log.open()
         history = start.history
         for warning in start.warnings { note("hubd: warning: \(warning)") }
@@ -112,8 +113,9 @@ final class Sequencer {
     ///   - session: The dispatcher's session.
     /// - Returns: `proposed` (acknowledged later by its `action` frame), `refused`, or
     ///   `duplicate` with the original's seq (which may still be in flight).
-    func dispatch(_ action: JSON, id: DispatchID, origin: Int, session: String?) -> Proposer.Outcome {
-        if let original = proposer.duplicate(session: session, id: id, applied: applier.sessions) {
+    func dispatch(_ action: JSON, id: DispatchID, origin: Int, session: SessionEntry?) -> Proposer.Outcome {
+        let session = session.map { applier.currentSession($0) }
+        if let original = proposer.duplicate(session: session, id: id) {
             return .duplicate(original)
         }
         if let reason = gate.reason { return .refused(WireError(.unavailable, reason)) }
@@ -124,8 +126,8 @@ final class Sequencer {
         return outcome
     }
 
-    /// The seq a session's dispatch id was applied as, if the hub remembers it.
-    func applied(session: String, id: DispatchID) -> UInt64? { applier.sessions.seq(session: session, id: id) }
+    /// The session table's entry for a client session (held by its connection).
+    func session(named name: String) -> SessionEntry { applier.session(named: name) }
 
     // MARK: - The pass
 
@@ -140,18 +142,25 @@ final class Sequencer {
         log.poll(into: &events)
         for event in events {
             switch event {
+            case .accepted(let through):
+                while applier.seq < through, let own = proposer.takeAppended(nil) {
+                    applier.apply(own: own, frames: proposer.frames, now: now)
+                }
             case .appended(let record):
                 guard record.seq == applier.seq + 1 else {
                     if record.seq <= applier.seq { continue }
                     result.broken = StorageError("the log went from seq \(applier.seq) to \(record.seq), skipping records; the hub stops rather than serve a state with a gap")
                     continue
                 }
-                let own = proposer.takeAppended(record)
-                if own == nil, let oldest = proposer.oldest, oldest.record.seq <= record.seq {
+                if let own = proposer.takeAppended(record) {
+                    applier.apply(own: own, frames: proposer.frames, now: now)
+                    continue
+                }
+                if let oldest = proposer.oldest, oldest.record.seq <= record.seq {
                     // Another writer got this seq: every proposal from here on is void.
                     void(from: oldest.record.seq, into: &result)
                 }
-                applier.apply(record, own: own, now: now)
+                applier.apply(foreign: record, now: now)
             case .conflict(let from, let logLast):
                 catchUpTo = max(catchUpTo, logLast)
                 void(from: from, into: &result)
@@ -167,6 +176,7 @@ final class Sequencer {
                 result.broken = error
             }
         }
+        proposer.compactIfDrained()
         if proposer.inFlightCount == 0 {
             if settling {
                 applier.materializeRoot()
