@@ -58,8 +58,32 @@ public final class HubConnection {
         do throws(SystemError) {
             try UnixSocket.writeAll(fd, frame)
         } catch {
+            // A hub that refuses a connection (too-many-clients, forbidden) says why and closes
+            // at once, possibly before this write: its reason is still waiting to be read.
+            if let reason = pendingError() { throw .hub(reason) }
             throw .disconnected(error.message)
         }
+    }
+
+    /// An `error` the hub sent before closing, if one is waiting to be read.
+    private func pendingError() -> WireError? {
+        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        for _ in 0..<64 {
+            if let frame = try? decoder.nextFrame(), let json = try? JSON(parsing: frame),
+               case .error(let error)? = try? HubMessage(json: json) {
+                return error
+            }
+            guard UnixSocket.waitUntil(fd, timeoutMilliseconds: 200) else { return nil }
+            switch buffer.withUnsafeMutableBytes({ UnixSocket.read(fd, into: $0) }) {
+            case .bytes(let count):
+                buffer.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+            case .wouldBlock:
+                continue
+            case .endOfFile, .failed:
+                return nil
+            }
+        }
+        return nil
     }
 
     /// Waits for the next message from the hub, skipping message types this library does not

@@ -8,18 +8,22 @@ import Darwin
 import Foundation
 import Synchronization
 
-/// Log lines written to a descriptor (stderr) by a thread of their own, so that the thread
-/// that logs never waits for whoever reads them.
+/// Log lines written to a descriptor (stderr) without ever making the thread that logs wait
+/// for whoever reads them.
 ///
-/// ``write(_:)`` only appends to a bounded queue. When the reader falls so far behind that
-/// the queue is full (4,096 lines or 1 MiB), further lines are dropped and counted, and the
-/// count is written as one line (`N log lines dropped …`) once the queue has room again.
+/// ``write(_:)`` writes a line itself when nothing is queued and the descriptor has room for
+/// it (so lines appear at once and in order); otherwise it appends to a bounded queue that a
+/// thread of its own drains. When the reader falls so far behind that the queue is full
+/// (4,096 lines or 1 MiB), further lines are dropped and counted, and the count is written as
+/// one line (`N log lines dropped …`) once the queue has room again.
 public final class LogWriter: Sendable {
     private struct State {
         var lines: [String] = []
         var bytes = 0
         var dropped = 0
         var writerStarted = false
+        /// A caller is writing a line directly; the writer thread waits for it.
+        var busy = false
     }
 
     private let fd: Int32
@@ -42,17 +46,47 @@ public final class LogWriter: Sendable {
         self.prefix = prefix
     }
 
-    /// Queues one line (a newline is added); never blocks on the descriptor.
+    /// Writes one line (a newline is added) at once when the descriptor can take it without
+    /// waiting, else queues it for the writer thread; never blocks on the descriptor.
     ///
     /// - Parameter line: The line.
     public func write(_ line: String) {
-        let start = state.withLock { state -> Bool in
-            guard state.lines.count < Self.maxLines, state.bytes + line.utf8.count < Self.maxBytes else {
-                state.dropped += 1
-                return false
+        var bytes = Array(line.utf8)
+        bytes.append(UInt8(ascii: "\n"))
+        // The common case: nothing queued, and room in the pipe for one atomic write
+        // (`PIPE_BUF`): written here, in order with what came before.
+        let direct = bytes.count <= 4096 && state.withLock { state -> Bool in
+            guard state.lines.isEmpty, !state.busy else { return false }
+            state.busy = true
+            return true
+        }
+        if direct {
+            var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            let writable = poll(&entry, 1, 0) == 1 && entry.revents & Int16(POLLOUT) != 0
+            if writable { writeAll(bytes) }
+            let wakeWriter = state.withLock { state -> Bool in
+                state.busy = false
+                if !writable { enqueue(line, into: &state) }
+                return !state.lines.isEmpty || state.dropped > 0
             }
-            state.lines.append(line)
-            state.bytes += line.utf8.count + 1
+            if wakeWriter { startAndWake() }
+            return
+        }
+        state.withLock { enqueue(line, into: &$0) }
+        startAndWake()
+    }
+
+    private func enqueue(_ line: String, into state: inout State) {
+        guard state.lines.count < Self.maxLines, state.bytes + line.utf8.count < Self.maxBytes else {
+            state.dropped += 1
+            return
+        }
+        state.lines.append(line)
+        state.bytes += line.utf8.count + 1
+    }
+
+    private func startAndWake() {
+        let start = state.withLock { state -> Bool in
             defer { state.writerStarted = true }
             return !state.writerStarted
         }
@@ -80,12 +114,17 @@ public final class LogWriter: Sendable {
             wake.wait()
             while true {
                 let (lines, dropped) = state.withLock { state -> ([String], Int) in
+                    if state.busy { return ([], -1) }
                     defer {
                         state.lines.removeAll(keepingCapacity: true)
                         state.bytes = 0
                         state.dropped = 0
                     }
                     return (state.lines, state.dropped)
+                }
+                if dropped < 0 {
+                    // A direct write is under way; it wakes this thread again if lines remain.
+                    break
                 }
                 if lines.isEmpty && dropped == 0 {
                     idle.signal()

@@ -208,10 +208,11 @@ final class HubLoop {
         }
     }
 
-    /// Delivers every answer whose actions are applied.
+    /// Delivers every answer whose actions are applied, each gated right after the frame of
+    /// the last action judged before it.
     private func release() {
-        pipeline.release(upTo: sequencer.appliedSeq) { connection, judgment in
-            deliver(judgment, to: connection)
+        pipeline.release(upTo: sequencer.appliedSeq) { connection, judgment, after in
+            deliver(judgment, to: connection, after: after)
         }
     }
 
@@ -416,19 +417,22 @@ final class HubLoop {
     // MARK: - Delivering answers
 
     /// Queues one released answer for its connection.
-    private func deliver(_ judgment: RequestPipeline.Judgment, to connection: Connection) {
+    private func deliver(_ judgment: RequestPipeline.Judgment, to connection: Connection, after seq: UInt64) {
         guard connections[connection.fd] === connection, !connection.state.isClosing else { return }
+        // Right after the frame of `seq` (the backlog's end when that frame is the newest, or
+        // has left the window, which cannot happen within one pass).
+        let gate = seq >= backlog.lastSeq ? backlog.end : (backlog.position(after: seq) ?? backlog.end)
         switch judgment {
         case .proposed:
             break
         case .reject(let id, let error):
-            send(.reject(id: id, error: error), to: connection)
+            send(.reject(id: id, error: error), to: connection, after: gate)
         case .duplicate(let id, let seq):
-            send(.duplicate(id: id, seq: seq), to: connection)
+            send(.duplicate(id: id, seq: seq), to: connection, after: gate)
         case .synced(let id, let seq):
-            send(.synced(seq: seq, id: id), to: connection)
+            send(.synced(seq: seq, id: id), to: connection, after: gate)
         case .status(let snapshot):
-            send(.status(statusMessage(snapshot)), to: connection)
+            send(.status(statusMessage(snapshot)), to: connection, after: gate)
         case .resumed(let replica, let seq):
             attach(connection, replica: replica, resumedAt: seq, snapshot: nil)
         case .full(let replica, let snapshot):
@@ -517,7 +521,7 @@ final class HubLoop {
             "data_dir": storage.fsync == nil ? .null : .string(storage.location),
             "journal_bytes": JSON(storage.journalBytes), "segments": JSON(storage.segments),
             "snapshot_seq": JSON(storage.snapshotSeq), "last_fsync_us": JSON(storage.lastFsyncMicroseconds),
-            "fsync": storage.fsync.map { .string($0.rawValue) } ?? .null,
+            "fsync": storage.fsync.map { .string($0.rawValue) } ?? .null, "commits": JSON(storage.commits),
         ]
         if let reason = sequencer.unavailableReason { members["unavailable"] = .string(reason) }
         var status = HubStatus(protocolVersion: syncProtocolVersion, app: facts.appName, fingerprint: facts.fingerprint,

@@ -116,12 +116,12 @@ struct RequestPipeline {
     ///
     /// - Parameters:
     ///   - applied: The applied seq.
-    ///   - deliver: Carries out one answer.
-    mutating func release(upTo applied: UInt64, deliver: (Connection, Judgment) -> Void) {
+    ///   - deliver: Carries out one answer (the connection, the answer, and the seq it follows).
+    mutating func release(upTo applied: UInt64, deliver: (Connection, Judgment, UInt64) -> Void) {
         while head < firstUnjudged, let judgment = entries[head].judgment, entries[head].after <= applied {
             let entry = entries[head]
             head += 1
-            deliver(entry.connection, judgment)
+            deliver(entry.connection, judgment, entry.after)
         }
         if head == entries.count {
             entries.removeAll(keepingCapacity: entries.capacity <= 4096)
