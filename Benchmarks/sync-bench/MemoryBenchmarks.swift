@@ -96,5 +96,40 @@ func hubRSS(actions: Int) throws -> [Result] {
     try RawBenchClient(socket: stalledHub.socket).dispatchPipelined(actions)
     try result("stalled63", stalledHub)
     withExtendedLifetime(stalled) {}
+    results.append(try welcomeRSS(stateMiB: 10, joiners: 50))
     return results
+}
+
+/// `hub.rss` `when: welcome50`: a 10 MiB state, then 50 clients that say `hello` and never
+/// read their welcome. Every full welcome at one seq shares one encoding of the state, so
+/// the hub should stay under rest + 2 × state + 32 MiB (the bound).
+func welcomeRSS(stateMiB: Int, joiners: Int) throws -> Result {
+    let hub = try HubChildProcess()
+    defer { hub.stop() }
+    let writer = try RawBenchClient(socket: hub.socket)
+    let chunk = String(repeating: "x", count: (1 << 20) - 256)
+    for n in 0..<stateMiB {
+        try UnixSocket.writeAll(writer.fd, Frame.encode(ClientMessage.dispatch(
+            id: .number(n), action: ["type": "set", "path": .string("/k\(n)"), "value": .string(chunk)])))
+        try writer.readActions(1)
+    }
+    guard let rest = hub.residentMiB()?.now else { throw SystemError("cannot read the hub's memory (no /proc)") }
+    var silent: [Int32] = []
+    defer { silent.forEach { UnixSocket.close($0) } }
+    for _ in 0..<joiners {
+        let fd = try UnixSocket.connect(to: hub.socket)
+        try UnixSocket.writeAll(fd, Frame.encode(ClientMessage.hello(protocolVersion: 1, app: "json", fingerprint: nil,
+                                                                      name: "silent", session: nil)))
+        silent.append(fd)
+    }
+    let deadline = ContinuousClock.now + .seconds(30)
+    while (try? HubConnection.status(at: hub.socket))?.replicas.count ?? 0 < joiners + 1 {
+        guard ContinuousClock.now < deadline else { throw SystemError("the joiners did not attach") }
+        usleep(2_000)
+    }
+    guard let memory = hub.residentMiB() else { throw SystemError("cannot read the hub's memory (no /proc)") }
+    let state = Double(stateMiB)
+    return Result(scenario: "hub.rss", params: [("when", "welcome50"), ("state_mib", JSON(stateMiB)), ("joiners", JSON(joiners))],
+                  metrics: [("mib", memory.now), ("peak_mib", memory.peak), ("rest_mib", rest),
+                            ("over_rest_mib", memory.now - rest), ("bound_mib", rest + 2 * state + 32)])
 }

@@ -36,7 +36,8 @@ let usage = """
       hub.latency       dispatch→ack and dispatch→applied-by-all (p50/p99/p99.9) of one replica with
                         3 more attached, unloaded and at 50% of the N = 4 peak
       hub.rss           the hub's resident memory: at rest, with 64 idle replicas, after 1,000,000
-                        actions, and after 1,000,000 actions with 63 of 64 replicas not reading
+                        actions, after 1,000,000 actions with 63 of 64 replicas not reading, and
+                        with a 10 MiB state and 50 joiners that never read their welcome (welcome50)
       hydrate           a new replica attaching to a 1 MiB state: connect to applied welcome, ms
       resume            a replica resuming 10,000 missed actions: hello to the last one read, ms
       recovery          a hub killed (-9) after 1,000,000 actions: restart to ready, s (snapshot every
