@@ -7,6 +7,7 @@ import PackageDescription
 ///
 ///     hubd, replica-cli, sync-bench          (executables: parse flags, wire parts, print)
 ///        StoreHub        StoreReplica        (the two ends; a replica never imports the hub)
+///        NATSClient                          (the shared log's client: NATS and JetStream over TCP)
 ///              SyncPOSIX   BuiltinApps       (sockets/poll/signals, over CSyncPOSIX's Linux shims; shared reducers)
 ///                    SyncCore                (SyncApp: a reducer plus its JSON codec)
 ///              StoreCore   SyncProtocol      (the store; the wire: JSON, frames, messages, digest)
@@ -19,6 +20,7 @@ let package = Package(
         .library(name: "SyncProtocol", targets: ["SyncProtocol"]),
         .library(name: "SyncCore", targets: ["SyncCore"]),
         .library(name: "BuiltinApps", targets: ["BuiltinApps"]),
+        .library(name: "NATSClient", targets: ["NATSClient"]),
         .library(name: "StoreHub", targets: ["StoreHub"]),
         .library(name: "StoreReplica", targets: ["StoreReplica"]),
         .library(name: "StoreSyncTesting", targets: ["StoreSyncTesting"]),
@@ -34,7 +36,9 @@ let package = Package(
         .target(name: "SyncPOSIX", dependencies: ["CSyncPOSIX"]),
         .target(name: "SyncCore", dependencies: ["StoreCore", "SyncProtocol"]),
         .target(name: "BuiltinApps", dependencies: ["SyncCore"]),
-        .target(name: "StoreHub", dependencies: ["SyncCore", "SyncPOSIX"]),
+        // A NATS client of our own (TCP, the text protocol, JetStream's JSON API): the shared log.
+        .target(name: "NATSClient", dependencies: ["SyncProtocol", "SyncPOSIX"]),
+        .target(name: "StoreHub", dependencies: ["SyncCore", "SyncPOSIX", "NATSClient"]),
         .target(name: "StoreReplica", dependencies: ["SyncCore", "SyncPOSIX"]),
         // For users' test targets: TestStore (exhaustive reducer tests), DeterminismCheck.
         .target(name: "StoreSyncTesting", dependencies: ["SyncCore", "StoreReplica"]),
@@ -50,6 +54,7 @@ let package = Package(
         ),
         .testTarget(name: "StoreCoreTests", dependencies: ["StoreCore"]),
         .testTarget(name: "SyncProtocolTests", dependencies: ["SyncProtocol"]),
+        .testTarget(name: "NATSClientTests", dependencies: ["NATSClient", "SyncProtocol"]),
         .testTarget(name: "BuiltinAppsTests", dependencies: ["BuiltinApps", "SyncCore", "StoreSyncTesting"]),
         .testTarget(
             name: "SyncTests",

@@ -1,27 +1,444 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Dispatch
+import Foundation
+import NATSClient
 import SyncCore
+import SyncPOSIX
+import Synchronization
 
-/// A log shared by hubs on several hosts, on a NATS JetStream stream (work in progress).
+/// A log shared by hubs on several hosts: a NATS JetStream stream.
+///
+/// **The stream.** `STREAM` holds the subjects `storesync.STREAM.genesis` (one record, the
+/// first: `{"app":FINGERPRINT,"format":1,"history":ID}`) and `storesync.STREAM.actions` (every
+/// action, as ``LogRecord``'s canonical body). Stream sequence `1 + N` holds action seq `N`: the
+/// genesis is seq 0, so the stream's sequence is the hub's seq shifted by one. A companion
+/// stream `STREAM_META` holds `storesync.STREAM.meta.lease` (the replica-id lease, changed by
+/// compare-and-set on the subject's last sequence), `…meta.chunks` and `…meta.head` (shared
+/// snapshots: the state's body in chunks, then a head naming them).
+///
+/// **Writing.** A proposal is published with `Nats-Msg-Id` derived from (session, dispatch id)
+/// (or unique per hub for a dispatch without a session), never from seq, and
+/// `Nats-Expected-Last-Sequence` = the stream sequence it must follow; a proposal pipelined
+/// right after another also carries `Nats-Expected-Last-Msg-Id` = that one's id, so it can
+/// never land after another writer's record. The publish acknowledgement only tells refusals
+/// (`conflict`: another writer got there first; the hub catches up and judges again); the
+/// record counts once **read back from the stream**, by the consumer every hub runs, which
+/// reports every record in stream order (`appended`), whichever hub wrote it.
+///
+/// **Outages.** When the connection drops, or an acknowledgement does not come, proposals in
+/// flight are `inDoubt`; the worker reconnects (the servers in turn, with backoff), reads the
+/// stream from where it was, and publishes the proposals in doubt again with the same ids and
+/// expectations: JetStream's de-duplication answers one already stored with its seq, and the
+/// expectations refuse one another writer overtook. Until then ``probe()`` is false and the hub
+/// refuses dispatches with `unavailable`.
+///
+/// A worker thread owns the NATS connection; the hub's thread hands it proposals and
+/// snapshots through a queue and reads events back, woken by a pipe it polls (``readiness``).
 package final class JetStreamLog: HubLog {
     private let configuration: SharedLogConfiguration
+    private let fingerprint: String
+    private let dataDirectory: String?
+    private let note: @Sendable (String) -> Void
+    private let names: Names
+    /// The worker and what the two threads share.
+    private let worker: Worker
+    private var started = false
+    private var localSnapshots: LocalSnapshots?
 
+    /// The subjects and streams of one shared log.
+    struct Names: Sendable {
+        let stream: String
+        let meta: String
+        let actions: String
+        let genesis: String
+        let lease: String
+        let chunks: String
+        let head: String
+
+        init(stream: String) {
+            self.stream = stream
+            meta = stream + "_META"
+            actions = "storesync.\(stream).actions"
+            genesis = "storesync.\(stream).genesis"
+            lease = "storesync.\(stream).meta.lease"
+            chunks = "storesync.\(stream).meta.chunks"
+            head = "storesync.\(stream).meta.head"
+        }
+    }
+
+    /// Creates a log (nothing is contacted before ``open()``).
+    ///
+    /// - Parameters:
+    ///   - configuration: The servers, the stream, credentials, replicas, retention.
+    ///   - fingerprint: The app's fingerprint: a stream started by another app is refused.
+    ///   - dataDirectory: Where to keep local snapshots for a fast restart, if anywhere.
+    ///   - note: The log sink.
     package init(configuration: SharedLogConfiguration, fingerprint: String, dataDirectory: String?,
                  note: @escaping @Sendable (String) -> Void) {
         self.configuration = configuration
+        self.fingerprint = fingerprint
+        self.dataDirectory = dataDirectory
+        self.note = note
+        names = Names(stream: configuration.stream)
+        worker = Worker(configuration: configuration, names: names, note: note)
     }
 
+    deinit { close() }
+
+    // MARK: - Opening
+
     package func open() throws(StorageError) -> LogStart {
-        throw StorageError("the NATS JetStream log is not available in this build")
+        let connection: NATSConnection
+        do throws(NATSError) {
+            connection = try worker.connect()
+        } catch {
+            throw StorageError("cannot open the shared log \(configuration.redacted): \(error.message); check that nats-server runs with JetStream (-js) and that the address and credentials are right")
+        }
+        do throws(StorageError) {
+            let (history, start) = try prepare(connection)
+            worker.start(connection: connection, history: history, next: start.records.last.map { $0.seq + 1 }
+                         ?? (start.snapshot?.seq ?? 0) + 1)
+            started = true
+            return start
+        } catch {
+            connection.close()
+            throw error
+        }
     }
-    package func propose(_ records: [LogRecord], expectingLast: UInt64) {}
+
+    /// Creates what is missing (the streams, the genesis), checks the app, and reads what the
+    /// hub starts from: the newest snapshot (shared, or local when that is newer) and every
+    /// record after it.
+    private func prepare(_ connection: NATSConnection) throws(StorageError) -> (String, LogStart) {
+        do {
+            try ensureStream(connection, name: names.stream, subjects: [names.actions, names.genesis])
+            try ensureStream(connection, name: names.meta, subjects: ["storesync.\(names.stream).meta.>"])
+            let genesis = try readOrWriteGenesis(connection)
+            guard let app = genesis["app"]?.stringValue, let history = genesis["history"]?.stringValue else {
+                throw StorageError("the stream \(names.stream)'s genesis record is unreadable; it was not written by a StoreSync hub", isDataProblem: true)
+            }
+            guard JSONKey(app) == JSONKey(fingerprint) else {
+                throw StorageError("app-mismatch: the shared log \(configuration.redacted) was started by app \(app), this hub runs \(fingerprint); start the hub with the app that started it, or use another stream", isDataProblem: true)
+            }
+            var start = LogStart(history: history)
+            start.sources.append(configuration.redacted)
+            if let directory = dataDirectory {
+                let local = try LocalSnapshots(directory: directory, fingerprint: fingerprint, history: history,
+                                               log: configuration.redacted)
+                localSnapshots = local
+                start.snapshot = local.newest
+                if let snapshot = local.newest { start.sources.append(local.path(of: snapshot.seq)) }
+            }
+            if let shared = try readSharedSnapshot(connection, history: history),
+               shared.seq > (start.snapshot?.seq ?? 0) {
+                start.snapshot = shared
+                start.sources.append("the shared snapshot at seq \(shared.seq)")
+            }
+            start.replicaLease = try readLease(connection).below
+            let from = (start.snapshot?.seq ?? 0) + 1
+            let info = try connection.jetStream("STREAM.INFO." + names.stream, nil)
+            let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
+            let first = UInt64(max(0, info["state"]?["first_seq"]?.intValue ?? 0))
+            if from <= last {
+                // The actions after the snapshot must all still be in the stream.
+                let firstAction = try firstActionSeq(connection)
+                if let firstAction, firstAction > from {
+                    throw StorageError("the stream \(names.stream) starts at action \(firstAction) (it was trimmed), and this hub's newest snapshot is at seq \(from - 1); actions \(from)…\(firstAction - 1) are gone. Start the hub where a shared snapshot covers them, or restore the stream", isDataProblem: true)
+                }
+                _ = first
+                start.records = try readRecords(connection, from: from, through: last)
+            }
+            start.largestOrigin = start.records.map(\.origin).max() ?? 0
+            return (history, start)
+        } catch let error as StorageError {
+            throw error
+        } catch let error as NATSError {
+            throw StorageError("the shared log \(configuration.redacted) cannot be read: \(error.message)")
+        } catch {
+            throw StorageError("the shared log \(configuration.redacted) cannot be read: \(error)")
+        }
+    }
+
+    private func ensureStream(_ connection: NATSConnection, name: String, subjects: [String]) throws(NATSError) {
+        do throws(NATSError) {
+            _ = try connection.jetStream("STREAM.INFO." + name, nil)
+        } catch where error.kind == .api(code: 404, errCode: 10059) {
+            let config: JSON = [
+                "name": .string(name), "subjects": .array(subjects.map { .string($0) }), "storage": "file",
+                "num_replicas": JSON(configuration.replicas), "retention": "limits", "discard": "old",
+                "max_msgs": -1, "max_bytes": -1, "max_age": 0, "duplicate_window": 120_000_000_000,
+            ]
+            _ = try connection.jetStream("STREAM.CREATE." + name, config)
+            note("hubd: created the stream \(name) (\(configuration.replicas) replica\(configuration.replicas == 1 ? "" : "s")) on \(connection.server)")
+        }
+    }
+
+    private func readOrWriteGenesis(_ connection: NATSConnection) throws(NATSError) -> JSON {
+        if let existing = try lastMessage(connection, stream: names.stream, subject: names.genesis) {
+            return (try? JSON(parsing: existing.data)) ?? .null
+        }
+        let genesis: JSON = ["app": .string(fingerprint), "format": 1,
+                             "history": .string(Digest.hex(UInt64.random(in: 0...UInt64.max)))]
+        let headers = NATSHeaders([("Nats-Msg-Id", "storesync-genesis"), ("Nats-Expected-Last-Sequence", "0")])
+        let ack = try connection.request(names.genesis, payload: genesis.canonicalBytes, headers: headers)
+        if let json = try? JSON(parsing: ack.payload), json["error"] != nil {
+            // Another hub wrote it first: read theirs.
+            if let theirs = try lastMessage(connection, stream: names.stream, subject: names.genesis) {
+                return (try? JSON(parsing: theirs.data)) ?? .null
+            }
+        }
+        return genesis
+    }
+
+    /// The stored message, for `MSG.GET` answers.
+    struct Stored {
+        var seq: UInt64
+        var data: [UInt8]
+        var headers: NATSHeaders?
+    }
+
+    private func lastMessage(_ connection: NATSConnection, stream: String, subject: String) throws(NATSError) -> Stored? {
+        try getMessage(connection, stream: stream, body: ["last_by_subj": .string(subject)])
+    }
+
+    private func getMessage(_ connection: NATSConnection, stream: String, body: JSON) throws(NATSError) -> Stored? {
+        let answer: JSON
+        do throws(NATSError) {
+            answer = try connection.jetStream("STREAM.MSG.GET." + stream, body)
+        } catch where error.kind == .api(code: 404, errCode: 10037) {
+            return nil
+        }
+        guard let message = answer["message"], let seq = message["seq"]?.intValue else { return nil }
+        let data = message["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }.map { [UInt8]($0) } ?? []
+        let headers = message["hdrs"]?.stringValue.flatMap { Data(base64Encoded: $0) }.flatMap { NATSHeaders.decode([UInt8]($0)[...]) }
+        return Stored(seq: UInt64(seq), data: data, headers: headers)
+    }
+
+    private func firstActionSeq(_ connection: NATSConnection) throws(NATSError) -> UInt64? {
+        guard let first = try getMessage(connection, stream: names.stream, body: ["seq": 1, "next_by_subj": .string(names.actions)]) else {
+            return nil
+        }
+        return first.seq - 1
+    }
+
+    /// Reads the records `from…through` with a temporary consumer.
+    private func readRecords(_ connection: NATSConnection, from: UInt64, through: UInt64) throws -> [LogRecord] {
+        var records: [LogRecord] = []
+        records.reserveCapacity(Int(min(through - from + 1, 1 << 20)))
+        let deliver = connection.newInbox()
+        let sid = connection.subscribe(deliver)
+        defer { connection.unsubscribe(sid) }
+        let config: JSON = ["stream_name": .string(names.stream), "config": [
+            "deliver_subject": .string(deliver), "deliver_policy": "by_start_sequence", "opt_start_seq": JSON(from + 1),
+            "ack_policy": "none", "flow_control": true, "idle_heartbeat": 1_000_000_000,
+            "filter_subject": .string(names.actions), "inactive_threshold": 5_000_000_000,
+        ]]
+        _ = try connection.jetStream("CONSUMER.CREATE." + names.stream, config)
+        var idle = ContinuousClock.now
+        while records.count < Int(through - from + 1) {
+            let messages = try connection.read(timeoutMilliseconds: 200)
+            if messages.isEmpty, ContinuousClock.now - idle > .seconds(10) {
+                throw StorageError("the stream \(names.stream) stopped delivering at seq \(from + UInt64(records.count)) of \(through)")
+            }
+            for message in messages where message.sid == sid {
+                idle = .now
+                if let headers = message.headers, headers.status == 100 {
+                    if let reply = message.reply { connection.publish(reply, payload: []) }
+                    if let stalled = headers["Nats-Consumer-Stalled"] { connection.publish(stalled, payload: []) }
+                    continue
+                }
+                guard let record = try Self.record(from: message, names: names) else { continue }
+                guard record.seq == from + UInt64(records.count) else {
+                    throw StorageError("the stream \(names.stream) delivered seq \(record.seq) where seq \(from + UInt64(records.count)) was expected; actions are missing from the stream", isDataProblem: true)
+                }
+                records.append(record)
+            }
+            try connection.flush()
+        }
+        return records
+    }
+
+    /// A delivered message as a record, checked against its stream sequence.
+    static func record(from message: NATSMessage, names: Names) throws(StorageError) -> LogRecord? {
+        guard message.subject == names.actions, let reply = message.reply else { return nil }
+        let tokens = reply.split(separator: ".")
+        // $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending> (9 tokens), or
+        // the 12-token form with a domain and an account hash after ACK.
+        let index = tokens.count >= 12 ? 7 : 5
+        guard tokens.count > index, let streamSeq = UInt64(tokens[index]), streamSeq >= 1 else {
+            throw StorageError("a delivery from \(names.stream) without a stream sequence")
+        }
+        guard let json = try? JSON(parsing: message.payload), let record = LogRecord(json: json), record.seq == streamSeq - 1 else {
+            throw StorageError("stream sequence \(streamSeq) of \(names.stream) does not hold action seq \(streamSeq - 1): the stream was written by something other than a StoreSync hub", isDataProblem: true)
+        }
+        return record
+    }
+
+    private func readSharedSnapshot(_ connection: NATSConnection, history: String) throws(NATSError) -> StoredSnapshot? {
+        guard let head = try lastMessage(connection, stream: names.meta, subject: names.head),
+              let json = try? JSON(parsing: head.data), json["history"]?.stringValue == history,
+              let seq = json["seq"]?.intValue, let chunks = json["chunks"]?.intValue, let first = json["first"]?.intValue,
+              let tag = json["tag"]?.stringValue else { return nil }
+        var body: [UInt8] = []
+        var position = UInt64(first)
+        var found = 0
+        while found < chunks {
+            guard let chunk = try getMessage(connection, stream: names.meta,
+                                             body: ["seq": JSON(position), "next_by_subj": .string(names.chunks)]) else { return nil }
+            position = chunk.seq + 1
+            guard chunk.headers?["StoreSync-Snapshot"] == tag else { continue }
+            body.append(contentsOf: chunk.data)
+            found += 1
+        }
+        guard let parsed = try? JSON(parsing: body), case .success(let snapshot) = StoredSnapshot.read(parsed),
+              snapshot.seq == UInt64(seq) else {
+            note("hubd: warning: the shared snapshot at seq \(seq) is damaged; starting from an older one")
+            return nil
+        }
+        return snapshot
+    }
+
+    private func readLease(_ connection: NATSConnection) throws(NATSError) -> (below: Int, subjectSeq: UInt64) {
+        guard let lease = try lastMessage(connection, stream: names.meta, subject: names.lease),
+              let json = try? JSON(parsing: lease.data), let below = json["below"]?.intValue else { return (0, 0) }
+        return (below, lease.seq)
+    }
+
+    // MARK: - The contract
+
+    package func propose(_ records: [LogRecord], expectingLast: UInt64) {
+        worker.enqueue(.propose(records, expectingLast: expectingLast))
+    }
+
     package func flush() {}
-    package func poll(into events: inout [LogEvent]) {}
-    package var readiness: LogReadiness? { nil }
+
+    package func poll(into events: inout [LogEvent]) { worker.takeEvents(into: &events) }
+
+    package var readiness: LogReadiness? { LogReadiness(fd: worker.readyFD, wantsWrite: false) }
+
     package var nextDeadline: ContinuousClock.Instant? { nil }
-    package func reserveReplicaIDs(from next: Int, count: Int) throws(StorageError) -> Range<Int> { next..<(next + count) }
-    package func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {}
-    package func probe() -> Bool { false }
-    package var status: LogStatus { LogStatus(kind: "nats", location: configuration.redacted) }
+
+    package func reserveReplicaIDs(from next: Int, count: Int) throws(StorageError) -> Range<Int> {
+        try worker.reserve(from: next, count: count)
+    }
+
+    package func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {
+        if let localSnapshots {
+            try localSnapshots.write(snapshot)
+        }
+        worker.enqueue(.snapshot(snapshot))
+    }
+
+    package func probe() -> Bool { worker.isAvailable }
+
+    package var status: LogStatus {
+        var status = LogStatus(kind: "nats", location: configuration.redacted)
+        status.snapshotSeq = worker.facts.sharedSnapshotSeq
+        status.shared = worker.statusJSON
+        return status
+    }
+
     package var isShared: Bool { true }
     package var mayRefuse: Bool { true }
-    package func close() {}
+
+    package func close() {
+        guard started else { return }
+        started = false
+        worker.stop()
+        localSnapshots?.close()
+    }
+}
+
+// MARK: - Local snapshots
+
+/// Snapshots a hub on a shared log keeps in its data directory for a fast restart: the same
+/// `snapshot-SEQ.snap` files as a file log's, a `storesync.json` naming the app, the history
+/// and the log, and the directory lock.
+final class LocalSnapshots {
+    let directory: String
+    private let handle: DirectoryHandle
+    private let lockFD: Int32
+    private(set) var newest: StoredSnapshot?
+
+    init(directory: String, fingerprint: String, history: String, log: String) throws(StorageError) {
+        self.directory = directory
+        do throws(SystemError) {
+            try FileSystem.makeDirectory(directory)
+        } catch {
+            throw StorageError("cannot use the data directory: \(error.message)")
+        }
+        let locked: Int32?
+        do throws(SystemError) {
+            locked = try FileSystem.lockExclusive(directory + "/lock")
+        } catch {
+            throw StorageError("cannot lock the data directory: \(error.message)")
+        }
+        guard let lockFD = locked else {
+            throw StorageError("another hub is using the data directory \(directory) (it holds \(directory)/lock); stop it first, or give this hub another --data-dir")
+        }
+        self.lockFD = lockFD
+        do throws(SystemError) {
+            handle = try DirectoryHandle(directory)
+        } catch {
+            FileSystem.close(lockFD)
+            throw StorageError("cannot use the data directory: \(error.message)")
+        }
+        let metaPath = directory + "/" + FileLog.metaName
+        if let bytes = try? FileSystem.read(metaPath), let meta = try? JSON(parsing: bytes) {
+            guard meta["app"]?.stringValue.map({ JSONKey($0) == JSONKey(fingerprint) }) == true else {
+                close()
+                throw StorageError("app-mismatch: the data directory \(directory) was written by app \(meta["app"]?.stringValue ?? "?"), this hub runs \(fingerprint); use another --data-dir", isDataProblem: true)
+            }
+            if meta["history"]?.stringValue != history {
+                // Another history (or a file log's directory): its snapshots say nothing about this log.
+                close()
+                throw StorageError("the data directory \(directory) holds history \(meta["history"]?.stringValue ?? "?"), the shared log \(log) history \(history); give this hub an empty --data-dir for its local snapshots", isDataProblem: true)
+            }
+        } else {
+            let meta: JSON = ["app": .string(fingerprint), "format": JSON(JournalFormat.currentFormat),
+                              "history": .string(history), "log": .string(log)]
+            do throws(SystemError) {
+                try handle.writeAtomically(FileLog.metaName, meta.canonicalBytes)
+            } catch {
+                close()
+                throw StorageError("cannot write \(metaPath): \(error.message)")
+            }
+        }
+        for (_, path) in (try? FileLog.listSnapshots(directory)) ?? [] {
+            if case .success(let snapshot) = FileLog.readSnapshot(path) {
+                newest = snapshot
+                break
+            }
+        }
+    }
+
+    func path(of seq: UInt64) -> String { directory + "/" + FileLog.snapshotName(seq) }
+
+    func write(_ snapshot: StoredSnapshot) throws(StorageError) {
+        let bytes = snapshot.body.canonicalBytes
+        var file = Array("SSS1".utf8)
+        JournalFormat.appendUInt32(UInt32(truncatingIfNeeded: bytes.count), to: &file)
+        JournalFormat.appendUInt32(CRC32C.checksum(bytes), to: &file)
+        file.append(contentsOf: bytes)
+        do throws(SystemError) {
+            try handle.writeAtomically(FileLog.snapshotName(snapshot.seq), file)
+        } catch {
+            throw StorageError("cannot write a local snapshot: \(error.message)")
+        }
+        newest = snapshot
+        if let snapshots = try? FileLog.listSnapshots(directory) {
+            for (_, path) in snapshots.dropFirst(2) { FileSystem.remove(path) }
+        }
+    }
+
+    func close() {
+        handle.close()
+        FileSystem.close(lockFD)
+    }
 }

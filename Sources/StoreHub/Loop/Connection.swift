@@ -74,6 +74,9 @@ final class Connection {
     var output = ConnectionOutput()
     /// Its session's entry in the session table, once attached with a session.
     var session: SessionEntry?
+    /// A `hello` resuming ahead of this hub's applied seq (a shared log): its welcome waits,
+    /// and so do the connection's later frames, until the hub catches up or the deadline passes.
+    var awaitingWelcome: (replica: Int, resume: ResumePoint, deadline: ContinuousClock.Instant)?
     /// Until when a full `welcome` queued for it must have been read (`--welcome-timeout`).
     var welcomeDeadline: ContinuousClock.Instant?
     /// The private byte count at which that welcome is fully written.

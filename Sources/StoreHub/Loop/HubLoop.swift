@@ -118,6 +118,7 @@ final class HubLoop {
                         timers = true
                         if now - since > configuration.idleTimeout { idle.append(connection) }
                     }
+                    if connection.awaitingWelcome != nil { timers = true }
                     if let deadline = connection.welcomeDeadline {
                         timers = true
                         if connection.output.writtenTotal >= connection.welcomeEnd {
@@ -161,6 +162,7 @@ final class HubLoop {
             }
             pump(now: now)
             if brokenLog != nil { break }
+            admitWaitingReplicas(now: now)
             writeAll()
             reapClosing(now: now)
             if let watchdogInterval, now - lastWatchdog >= watchdogInterval {
@@ -280,6 +282,25 @@ final class HubLoop {
     /// pipelining many frames cannot keep the loop from everyone else.
     private static let framesPerPass = 256
 
+    /// How long a replica resuming ahead of this hub (on a shared log) waits for it to catch up.
+    static let catchUpDeadline: Duration = .seconds(10)
+
+    /// Hands the welcome of every replica that waited for this hub to catch up to the
+    /// pipeline once it has; refuses (`unavailable`) those whose deadline passed.
+    private func admitWaitingReplicas(now: ContinuousClock.Instant) {
+        for connection in connections.values {
+            guard let waiting = connection.awaitingWelcome, !connection.state.isClosing else { continue }
+            if sequencer.appliedSeq >= waiting.resume.seq {
+                connection.awaitingWelcome = nil
+                submit(connection, .welcome(replica: waiting.replica, resume: waiting.resume))
+                connection.moreFrames = true
+            } else if now >= waiting.deadline {
+                connection.awaitingWelcome = nil
+                fail(connection, WireError(.unavailable, "this hub has applied seq \(sequencer.appliedSeq), behind the seq \(waiting.resume.seq) this replica resumes from, and did not catch up within \(Self.catchUpDeadline); attach to another hub of the same log, or again later"))
+            }
+        }
+    }
+
     /// Reads what one connection has sent into its decoder.
     ///
     /// - Returns: Whether the connection is still open.
@@ -306,7 +327,7 @@ final class HubLoop {
 
     /// Handles up to `framesPerPass` complete frames buffered for one connection.
     private func handleFrames(_ connection: Connection) {
-        guard sequencer.isJudging else {
+        guard sequencer.isJudging, connection.awaitingWelcome == nil else {
             // The sequencer is settling (proposals voided): frames wait in the buffer.
             connection.moreFrames = true
             return
@@ -378,6 +399,12 @@ final class HubLoop {
             }
             connection.state = .attached(replica: replica, name: hello.name, session: hello.session)
             connection.session = hello.session.map { sequencer.session(named: $0) }
+            if let resume = hello.resume, sequencer.log.isShared, resume.seq > sequencer.appliedSeq {
+                // A replica that saw more of the shared log than this hub has applied: it waits
+                // (never a state older than one it has shown), and so do its later frames.
+                connection.awaitingWelcome = (replica, resume, .now + Self.catchUpDeadline)
+                return
+            }
             submit(connection, .welcome(replica: replica, resume: hello.resume))
         }
     }
@@ -528,7 +555,10 @@ final class HubLoop {
                                hub: hubID, seq: snapshot.seq, digest: snapshot.digest, replicas: replicas,
                                maxFrameBytes: configuration.maxFrameBytes, history: sequencer.history,
                                storage: .object(members))
-        if let shared = storage.shared { status.log = shared }
+        if case .object(var shared)? = storage.shared {
+            shared["applied_seq"] = JSON(sequencer.appliedSeq)
+            status.log = .object(shared)
+        }
         return status
     }
 

@@ -1,0 +1,649 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Dispatch
+import Foundation
+import NATSClient
+import SyncCore
+import SyncPOSIX
+import Synchronization
+
+extension JetStreamLog {
+    /// What the hub's thread asks the worker to do.
+    enum Command {
+        case propose([LogRecord], expectingLast: UInt64)
+        case snapshot(StoredSnapshot)
+        case lease(from: Int, count: Int)
+    }
+
+    /// Facts the worker publishes for `status`.
+    struct Facts: Sendable {
+        var connected = false
+        var server = ""
+        /// The hub seq of the newest record the stream holds, as last seen.
+        var streamLast: UInt64 = 0
+        /// The hub seq of the newest record read back from the stream.
+        var readSeq: UInt64 = 0
+        var sharedSnapshotSeq: UInt64 = 0
+        var inDoubt = false
+    }
+
+    /// The worker thread that owns the NATS connection, and the queues it shares with the hub.
+    ///
+    /// Lock order: `shared` only (never held while calling out: no I/O, no user code under it).
+    /// The hub's thread touches only `shared` and the two pipes; everything in ``State`` belongs
+    /// to the worker thread (handed over once, by ``start(connection:history:next:)``).
+    final class Worker: Sendable {
+        private struct Shared {
+            var commands: [Command] = []
+            var events: [LogEvent] = []
+            var facts = Facts()
+            var available = false
+            var stopping = false
+            var lease: Result<Range<Int>, StorageError>?
+        }
+
+        private let shared = Mutex(Shared())
+        private let configuration: SharedLogConfiguration
+        private let names: Names
+        let note: @Sendable (String) -> Void
+        /// hub → worker: a byte means "look at the commands".
+        private let wakeRead: Int32
+        private let wakeWrite: Int32
+        /// worker → hub: a byte means "events wait"; the hub polls the read end.
+        let readyFD: Int32
+        private let readyWrite: Int32
+        private let leaseDone = DispatchSemaphore(value: 0)
+        private let finished = DispatchSemaphore(value: 0)
+        private let running = Atomic<Bool>(false)
+
+        init(configuration: SharedLogConfiguration, names: Names, note: @escaping @Sendable (String) -> Void) {
+            self.configuration = configuration
+            self.names = names
+            self.note = note
+            let wake = (try? UnixSocket.makePipe()) ?? (-1, -1)
+            let ready = (try? UnixSocket.makePipe()) ?? (-1, -1)
+            wakeRead = wake.0
+            wakeWrite = wake.1
+            readyFD = ready.0
+            readyWrite = ready.1
+        }
+
+        deinit {
+            for fd in [wakeRead, wakeWrite, readyFD, readyWrite] where fd >= 0 { UnixSocket.close(fd) }
+        }
+
+        /// Connects to the first server that answers.
+        func connect() throws(NATSError) -> NATSConnection {
+            try NATSConnection.connect(servers: configuration.servers, user: configuration.user,
+                                       password: configuration.password, token: configuration.token,
+                                       name: "storesync-hub \(names.stream)")
+        }
+
+        /// Starts the worker thread on an open connection, reading the stream from hub seq `next`.
+        func start(connection: NATSConnection, history: String, next: UInt64) {
+            let state = State(configuration: configuration, names: names, history: history, next: next, worker: self)
+            state.adopt(connection)
+            let box = StateBox(state)
+            running.store(true, ordering: .releasing)
+            let thread = Thread { [self] in
+                run(box.state)
+                finished.signal()
+            }
+            thread.name = "StoreSync JetStream log"
+            thread.start()
+        }
+
+        /// Stops the worker and waits for it (at most 5 s).
+        func stop() {
+            guard running.exchange(false, ordering: .acquiringAndReleasing) else { return }
+            shared.withLock { $0.stopping = true }
+            wakeWorker()
+            _ = finished.wait(timeout: .now() + .seconds(5))
+        }
+
+        // MARK: The hub's side
+
+        func enqueue(_ command: Command) {
+            shared.withLock { $0.commands.append(command) }
+            wakeWorker()
+        }
+
+        func takeEvents(into events: inout [LogEvent]) {
+            var scratch = [UInt8](repeating: 0, count: 256)
+            while scratch.withUnsafeMutableBytes({ read(readyFD, $0.baseAddress, $0.count) }) > 0 {}
+            let taken = shared.withLock { shared -> [LogEvent] in
+                defer { shared.events.removeAll(keepingCapacity: true) }
+                return shared.events
+            }
+            events.append(contentsOf: taken)
+        }
+
+        var isAvailable: Bool { shared.withLock { $0.available } }
+        var facts: Facts { shared.withLock { $0.facts } }
+
+        /// The `log` member of `status`.
+        var statusJSON: JSON {
+            let facts = self.facts
+            return ["kind": "nats", "servers": .array(configuration.servers.map { .string($0) }),
+                    "stream": .string(names.stream), "server": .string(facts.server),
+                    "connected": .bool(facts.connected), "last_seq": JSON(facts.streamLast),
+                    "read_seq": JSON(facts.readSeq), "in_doubt": .bool(facts.inDoubt)]
+        }
+
+        /// Reserves replica ids (the worker does the compare-and-set; this thread waits).
+        func reserve(from next: Int, count: Int) throws(StorageError) -> Range<Int> {
+            shared.withLock { $0.lease = nil }
+            enqueue(.lease(from: next, count: count))
+            _ = leaseDone.wait(timeout: .now() + .seconds(5))
+            let result = shared.withLock { shared -> Result<Range<Int>, StorageError>? in
+                defer { shared.lease = nil }
+                return shared.lease
+            }
+            guard let result else {
+                throw StorageError("the shared log did not reserve replica ids within 5 s (NATS unreachable?)")
+            }
+            return try result.get()
+        }
+
+        // MARK: The worker's side
+
+        fileprivate func wakeWorker() {
+            var byte: UInt8 = 1
+            _ = write(wakeWrite, &byte, 1)
+        }
+
+        fileprivate func post(_ new: [LogEvent]) {
+            guard !new.isEmpty else { return }
+            shared.withLock { $0.events.append(contentsOf: new) }
+            var byte: UInt8 = 1
+            _ = write(readyWrite, &byte, 1)
+        }
+
+        fileprivate func publish(facts: Facts, available: Bool) {
+            shared.withLock {
+                $0.facts = facts
+                $0.available = available
+            }
+        }
+
+        fileprivate func finishLease(_ result: Result<Range<Int>, StorageError>) {
+            shared.withLock { $0.lease = result }
+            leaseDone.signal()
+        }
+
+        fileprivate func takeCommands() -> (commands: [Command], stopping: Bool) {
+            var scratch = [UInt8](repeating: 0, count: 256)
+            while scratch.withUnsafeMutableBytes({ read(wakeRead, $0.baseAddress, $0.count) }) > 0 {}
+            return shared.withLock { shared in
+                defer { shared.commands.removeAll(keepingCapacity: true) }
+                return (shared.commands, shared.stopping)
+            }
+        }
+
+        fileprivate var wakeFD: Int32 { wakeRead }
+
+        private func run(_ state: State) {
+            state.loop()
+        }
+    }
+
+    /// Moves the worker's state into its thread (the opening thread never touches it again).
+    private final class StateBox: @unchecked Sendable {
+        // @unchecked: `state` is created on the opening thread, handed to the worker thread
+        // by `Thread.start` (which orders the two), and used by that thread alone from then on.
+        let state: State
+        init(_ state: State) { self.state = state }
+    }
+
+    /// Everything the worker thread owns.
+    final class State {
+        /// A proposal sent and not yet read back (or refused).
+        struct Pending {
+            let record: LogRecord
+            let payload: [UInt8]
+            let msgID: String
+            /// The expectations it was sent with.
+            let expectedLast: UInt64
+            let expectedID: String?
+            var ackSubject = ""
+            var sentAt = ContinuousClock.now
+            var acknowledged = false
+        }
+
+        let configuration: SharedLogConfiguration
+        let names: Names
+        let history: String
+        let worker: Worker
+        var connection: NATSConnection?
+        var consumerSID = 0
+        var acksSID = 0
+        var ackCounter = 0
+        /// The hub seq of the next record the consumer must deliver.
+        var next: UInt64
+        var pending: [Pending] = []
+        /// The last proposal sent (a proposal right after it is pipelined on it).
+        var lastProposal: (seq: UInt64, id: String)?
+        var facts = Facts()
+        var inDoubt = false
+        /// After a reconnection: the stream's last hub seq, to be read before accepting again.
+        var catchUpTarget: UInt64?
+        var lastDelivery = ContinuousClock.now
+        var lastResend = ContinuousClock.now
+        var backoff: Duration = .milliseconds(100)
+        var nextAttempt = ContinuousClock.now
+        let runID = Digest.hex(UInt64.random(in: 0...UInt64.max))
+        var unsessioned = 0
+        var serverIndex = 0
+        /// How long an acknowledgement may take before the proposal is in doubt.
+        static let ackTimeout: Duration = .seconds(5)
+        /// Silence from the consumer (no record, no heartbeat) that means it is gone.
+        static let consumerSilence: Duration = .seconds(4)
+
+        init(configuration: SharedLogConfiguration, names: Names, history: String, next: UInt64, worker: Worker) {
+            self.configuration = configuration
+            self.names = names
+            self.history = history
+            self.next = next
+            self.worker = worker
+        }
+
+        // MARK: Connection
+
+        /// Takes an open connection: subscribes the acknowledgements and starts the consumer.
+        func adopt(_ connection: NATSConnection) {
+            self.connection = connection
+            acksSID = connection.subscribe(connection.inboxPrefix + ".a.*")
+            facts.connected = true
+            facts.server = connection.server
+            do throws(NATSError) {
+                try startConsumer()
+                let info = try connection.jetStream("STREAM.INFO." + names.stream, nil)
+                let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
+                facts.streamLast = last
+                catchUpTarget = last >= next ? last : nil
+                try connection.flush()
+            } catch {
+                lost(error.message)
+                return
+            }
+            backoff = .milliseconds(100)
+            // What was in flight when the link dropped goes again, with the same ids and
+            // expectations: stored ones come back as duplicates, overtaken ones as conflicts.
+            resendPending()
+            publishFacts()
+        }
+
+        private func startConsumer() throws(NATSError) {
+            guard let connection else { return }
+            if consumerSID != 0 { connection.unsubscribe(consumerSID) }
+            let deliver = connection.newInbox()
+            consumerSID = connection.subscribe(deliver)
+            let config: JSON = ["stream_name": .string(names.stream), "config": [
+                "deliver_subject": .string(deliver), "deliver_policy": "by_start_sequence", "opt_start_seq": JSON(next + 1),
+                "ack_policy": "none", "flow_control": true, "idle_heartbeat": 1_000_000_000,
+                "filter_subject": .string(names.actions), "inactive_threshold": 10_000_000_000,
+            ]]
+            _ = try connection.jetStream("CONSUMER.CREATE." + names.stream, config)
+            lastDelivery = .now
+        }
+
+        /// The link is gone: what was in flight is in doubt; reconnect later.
+        func lost(_ reason: String) {
+            connection?.close()
+            connection = nil
+            consumerSID = 0
+            facts.connected = false
+            if !pending.isEmpty || !inDoubt {
+                worker.post([.inDoubt(from: pending.first?.record.seq ?? next, reason: "the link to NATS dropped: \(reason)")])
+            }
+            inDoubt = true
+            nextAttempt = .now + backoff
+            backoff = min(backoff * 2, .seconds(2))
+            worker.note("hubd: lost the shared log (\(reason)); reconnecting")
+            publishFacts()
+        }
+
+        private func reconnect() {
+            guard ContinuousClock.now >= nextAttempt else { return }
+            let servers = configuration.servers
+            // Start with the next server, so a dead one is not tried first every time.
+            let order = Array(servers[serverIndex...] + servers[..<serverIndex])
+            serverIndex = (serverIndex + 1) % max(1, servers.count)
+            do throws(NATSError) {
+                let connection = try NATSConnection.connect(servers: order, user: configuration.user, password: configuration.password,
+                                                            token: configuration.token, name: "storesync-hub \(names.stream)",
+                                                            timeoutMilliseconds: 1_000)
+                worker.note("hubd: reconnected to the shared log at \(connection.server); reading from seq \(next)")
+                adopt(connection)
+            } catch {
+                nextAttempt = .now + backoff
+                backoff = min(backoff * 2, .seconds(2))
+            }
+        }
+
+        // MARK: The loop
+
+        func loop() {
+            while true {
+                let (commands, stopping) = worker.takeCommands()
+                // Commands first: a stop still publishes the final snapshot it was handed.
+                for command in commands { handle(command) }
+                if stopping {
+                    try? connection?.flush(timeoutMilliseconds: 1_000)
+                    break
+                }
+                if connection == nil {
+                    reconnect()
+                    if connection == nil {
+                        wait(milliseconds: 50)
+                        continue
+                    }
+                }
+                guard let connection else { continue }
+                do throws(NATSError) {
+                    if connection.hasOutput { try connection.flush(timeoutMilliseconds: 1_000) }
+                    var entries = [pollfd(fd: connection.fd, events: Int16(POLLIN), revents: 0),
+                                   pollfd(fd: worker.wakeFD, events: Int16(POLLIN), revents: 0)]
+                    _ = systemPoll(&entries, 2, 200)
+                    if entries[0].revents != 0 {
+                        for message in try connection.read(timeoutMilliseconds: 0) { receive(message) }
+                    }
+                    if connection.hasOutput { try connection.flush(timeoutMilliseconds: 1_000) }
+                } catch {
+                    lost(error.message)
+                    continue
+                }
+                checkTimers()
+            }
+            connection?.close()
+        }
+
+        private func wait(milliseconds: Int32) {
+            var entry = pollfd(fd: worker.wakeFD, events: Int16(POLLIN), revents: 0)
+            _ = systemPoll(&entry, 1, milliseconds)
+        }
+
+        private func checkTimers() {
+            let now = ContinuousClock.now
+            if let oldest = pending.first(where: { !$0.acknowledged }), now - oldest.sentAt > Self.ackTimeout {
+                if !inDoubt {
+                    inDoubt = true
+                    worker.post([.inDoubt(from: oldest.record.seq, reason: "no acknowledgement from NATS within 5 s (no quorum?)")])
+                    publishFacts()
+                }
+                if now - lastResend > Self.ackTimeout {
+                    lastResend = now
+                    resendPending()
+                }
+            }
+            if connection != nil, now - lastDelivery > Self.consumerSilence {
+                // The consumer went quiet (its server died, or it was removed): start another
+                // where the stream was left off.
+                do throws(NATSError) {
+                    try startConsumer()
+                } catch {
+                    lost(error.message)
+                }
+            }
+            updateAvailability()
+        }
+
+        private func updateAvailability() {
+            if inDoubt, connection != nil, pending.allSatisfy({ $0.acknowledged }), catchUpTarget == nil {
+                inDoubt = false
+                worker.note("hubd: the shared log is back at seq \(next - 1)")
+            }
+            publishFacts()
+        }
+
+        private func publishFacts() {
+            facts.readSeq = next - 1
+            facts.inDoubt = inDoubt
+            worker.publish(facts: facts, available: connection != nil && !inDoubt && catchUpTarget == nil)
+        }
+
+        // MARK: Commands
+
+        private func handle(_ command: Command) {
+            switch command {
+            case .propose(let records, let expectingLast):
+                var expected = expectingLast
+                for record in records {
+                    // Pipelined on the proposal sent right before it: that one must be the last
+                    // record in the stream (never on the first of a batch: after a server restart
+                    // the stream's last id may be forgotten).
+                    let previous = lastProposal.flatMap { $0.seq == expected ? $0.id : nil }
+                    var item = Pending(record: record, payload: record.body, msgID: msgID(for: record),
+                                       expectedLast: expected, expectedID: previous)
+                    send(&item)
+                    pending.append(item)
+                    lastProposal = (record.seq, item.msgID)
+                    expected = record.seq
+                }
+            case .snapshot(let snapshot):
+                publishSnapshot(snapshot)
+            case .lease(let from, let count):
+                worker.finishLease(lease(from: from, count: count))
+            }
+        }
+
+        private func msgID(for record: LogRecord) -> String {
+            guard let session = record.session else {
+                unsessioned += 1
+                return "u.\(runID).\(unsessioned)"
+            }
+            let key: JSON = [.string(session), record.id.json]
+            var id = "s."
+            for byte in key.canonicalBytes {
+                switch byte {
+                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                     UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."):
+                    id.unicodeScalars.append(Unicode.Scalar(byte))
+                default:
+                    id += "%" + String(byte, radix: 16, uppercase: true).leftPadded(2)
+                }
+            }
+            return id
+        }
+
+        private func send(_ item: inout Pending) {
+            guard let connection else { return }
+            ackCounter += 1
+            item.ackSubject = connection.inboxPrefix + ".a." + String(ackCounter)
+            item.sentAt = .now
+            var headers = NATSHeaders([("Nats-Msg-Id", item.msgID), ("Nats-Expected-Last-Sequence", String(item.expectedLast + 1))])
+            if let expectedID = item.expectedID { headers.fields.append(("Nats-Expected-Last-Msg-Id", expectedID)) }
+            connection.publish(names.actions, reply: item.ackSubject, headers: headers, payload: item.payload)
+        }
+
+        private func resendPending() {
+            for index in pending.indices where !pending[index].acknowledged { send(&pending[index]) }
+        }
+
+        // MARK: Messages
+
+        private func receive(_ message: NATSMessage) {
+            if message.sid == consumerSID {
+                lastDelivery = .now
+                if let headers = message.headers, headers.status == 100 {
+                    if let reply = message.reply { connection?.publish(reply, payload: []) }
+                    if let stalled = headers["Nats-Consumer-Stalled"] { connection?.publish(stalled, payload: []) }
+                    if let last = headers["Nats-Last-Stream"].flatMap({ UInt64($0) }), last >= 1 {
+                        facts.streamLast = max(facts.streamLast, last - 1)
+                        if let target = catchUpTarget, next > target { catchUpTarget = nil }
+                    }
+                    return
+                }
+                delivered(message)
+            } else if message.sid == acksSID {
+                acknowledged(message)
+            }
+        }
+
+        private func delivered(_ message: NATSMessage) {
+            let record: LogRecord
+            do throws(StorageError) {
+                guard let decoded = try JetStreamLog.record(from: message, names: names) else { return }
+                record = decoded
+            } catch {
+                worker.post([.broken(error)])
+                return
+            }
+            if let pendingCount = message.reply?.split(separator: ".").last.flatMap({ UInt64($0) }) {
+                facts.streamLast = max(facts.streamLast, record.seq + pendingCount)
+            }
+            guard record.seq == next else {
+                if record.seq > next {
+                    // Something was skipped (the consumer restarted further on, or the stream
+                    // was trimmed): read again from where this hub is.
+                    do throws(NATSError) { try startConsumer() } catch { lost(error.message) }
+                }
+                return
+            }
+            next += 1
+            if let first = pending.first, first.record.seq == record.seq {
+                if first.record.origin == record.origin, first.record.id == record.id {
+                    pending.removeFirst()
+                } else {
+                    // Another hub's record took the seq of this hub's oldest proposal: every
+                    // proposal in flight is void.
+                    pending.removeAll()
+                    lastProposal = nil
+                }
+            }
+            worker.post([.appended(record)])
+            if let target = catchUpTarget, next > target { catchUpTarget = nil }
+            updateAvailability()
+        }
+
+        private func acknowledged(_ message: NATSMessage) {
+            guard let index = pending.firstIndex(where: { $0.ackSubject == message.subject }) else { return }
+            let item = pending[index]
+            if message.headers?.status == 503 {
+                void(from: index, .failed(from: item.record.seq, StorageError("no NATS server stored it: the stream \(names.stream) has no leader (no quorum?)")))
+                return
+            }
+            guard let json = try? JSON(parsing: message.payload) else { return }
+            if let error = json["error"] {
+                let code = error["err_code"]?.intValue ?? 0
+                let text = error["description"]?.stringValue ?? ""
+                switch code {
+                case 10071:
+                    let streamLast = text.split(separator: ":").last.flatMap { UInt64($0.trimmingCharacters(in: .whitespaces)) } ?? (item.expectedLast + 1)
+                    void(from: index, .conflict(from: item.record.seq, logLast: max(item.expectedLast, streamLast >= 1 ? streamLast - 1 : 0)))
+                case 10070:
+                    void(from: index, .conflict(from: item.record.seq, logLast: item.expectedLast))
+                default:
+                    void(from: index, .failed(from: item.record.seq, StorageError("NATS refused to store it: \(text) (\(code))")))
+                }
+                return
+            }
+            if json["duplicate"]?.boolValue == true {
+                // Stored before, under the same id: the original is in the stream at that seq.
+                let original = UInt64(max(1, json["seq"]?.intValue ?? 1)) - 1
+                if original == item.record.seq {
+                    pending[index].acknowledged = true
+                } else {
+                    void(from: index, .conflict(from: item.record.seq, logLast: max(original, item.expectedLast)))
+                }
+                return
+            }
+            pending[index].acknowledged = true
+            updateAvailability()
+        }
+
+        /// Forgets the proposals from `index` on (the log refused the first of them, so the
+        /// rest, expecting it, are refused too) and tells the hub.
+        private func void(from index: Int, _ event: LogEvent) {
+            pending.removeSubrange(index...)
+            lastProposal = nil
+            worker.post([event])
+            updateAvailability()
+        }
+
+        // MARK: Leases and snapshots
+
+        private func lease(from next: Int, count: Int) -> Result<Range<Int>, StorageError> {
+            guard let connection else { return .failure(StorageError("the shared log is unreachable")) }
+            for _ in 0..<8 {
+                do throws(NATSError) {
+                    var below = 0
+                    var subjectSeq: UInt64 = 0
+                    if let answer = try? connection.jetStream("STREAM.MSG.GET." + names.meta, ["last_by_subj": .string(names.lease)]),
+                       let message = answer["message"], let seq = message["seq"]?.intValue,
+                       let data = message["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }),
+                       let json = try? JSON(parsing: [UInt8](data)), let value = json["below"]?.intValue {
+                        below = value
+                        subjectSeq = UInt64(seq)
+                    }
+                    let start = max(below, next)
+                    let headers = NATSHeaders([("Nats-Expected-Last-Subject-Sequence", String(subjectSeq))])
+                    let reply = try connection.request(names.lease, payload: JSON.object(["below": JSON(start + count)]).canonicalBytes,
+                                                       headers: headers)
+                    if let json = try? JSON(parsing: reply.payload), json["error"] == nil {
+                        return .success(start..<(start + count))
+                    }
+                } catch {
+                    return .failure(StorageError("cannot reserve replica ids in the shared log: \(error.message)"))
+                }
+            }
+            return .failure(StorageError("cannot reserve replica ids in the shared log: other hubs keep taking them first"))
+        }
+
+        private func publishSnapshot(_ snapshot: StoredSnapshot) {
+            guard let connection, snapshot.seq > facts.sharedSnapshotSeq else { return }
+            let body = snapshot.body.canonicalBytes
+            let chunkSize = max(4096, min(256 << 10, connection.maxPayload - 1024))
+            let tag = "\(snapshot.seq).\(runID)"
+            do throws(NATSError) {
+                var first: UInt64 = 0
+                var chunks = 0
+                var offset = 0
+                repeat {
+                    let end = min(body.count, offset + chunkSize)
+                    let headers = NATSHeaders([("StoreSync-Snapshot", tag), ("StoreSync-Chunk", String(chunks))])
+                    let reply = try connection.request(names.chunks, payload: Array(body[offset..<end]), headers: headers,
+                                                       timeoutMilliseconds: 5_000)
+                    guard let ack = try? JSON(parsing: reply.payload), ack["error"] == nil, let seq = ack["seq"]?.intValue else {
+                        worker.note("hubd: could not publish the shared snapshot at seq \(snapshot.seq); the stream still holds every action")
+                        return
+                    }
+                    if chunks == 0 { first = UInt64(seq) }
+                    chunks += 1
+                    offset = end
+                } while offset < body.count
+                let head: JSON = ["seq": JSON(snapshot.seq), "digest": .string(snapshot.digest), "history": .string(history),
+                                  "chunks": JSON(chunks), "first": JSON(first), "bytes": JSON(body.count), "tag": .string(tag)]
+                let reply = try connection.request(names.head, payload: head.canonicalBytes)
+                guard let ack = try? JSON(parsing: reply.payload), ack["error"] == nil, let headSeq = ack["seq"]?.intValue else { return }
+                facts.sharedSnapshotSeq = snapshot.seq
+                // Older snapshots go; the newest stays.
+                _ = try? connection.jetStream("STREAM.PURGE." + names.meta, ["filter": .string(names.chunks), "seq": JSON(first)])
+                _ = try? connection.jetStream("STREAM.PURGE." + names.meta, ["filter": .string(names.head), "seq": JSON(headSeq)])
+                if let retain = configuration.retainActions, snapshot.seq > retain {
+                    // Actions before the retained window, all covered by this shared snapshot.
+                    let keepFrom = snapshot.seq - retain + 1
+                    _ = try? connection.jetStream("STREAM.PURGE." + names.stream, ["filter": .string(names.actions), "seq": JSON(keepFrom + 1)])
+                }
+                publishFacts()
+            } catch {
+                worker.note("hubd: could not publish the shared snapshot at seq \(snapshot.seq): \(error.message)")
+            }
+        }
+    }
+}
+
+extension String {
+    fileprivate func leftPadded(_ width: Int) -> String {
+        count >= width ? self : String(repeating: "0", count: width - count) + self
+    }
+}
+
+@inline(__always) private func systemPoll(_ entries: UnsafeMutablePointer<pollfd>, _ count: nfds_t, _ timeout: Int32) -> Int32 {
+    poll(entries, count, timeout)
+}
