@@ -233,6 +233,10 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
 
     // MARK: - Dispatch
 
+    /// Whether the calling thread is inside this store's dispatch (middleware, the terminal, a
+    /// subscriber): it holds the dispatch lock, so it must not wait for anything that needs it.
+    package var isDispatchingOnCurrentThread: Bool { owner.load(ordering: .relaxed) == currentThreadID() }
+
     /// Dispatches an action or a thunk through the enhancer chain.
     ///
     /// - Parameter input: What to dispatch.

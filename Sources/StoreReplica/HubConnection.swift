@@ -29,6 +29,28 @@ public final class HubConnection {
         self.path = path
     }
 
+    /// Connects to the first hub of `paths` that answers (hubs on one shared log).
+    ///
+    /// - Parameter paths: Socket paths, tried in order.
+    /// - Throws: ``ReplicaError/noHub(_:)`` naming every path tried and why each failed.
+    public convenience init(paths: [String]) throws(ReplicaError) {
+        guard paths.count > 1, let first = paths.first else {
+            try self.init(path: paths.first ?? SocketPath.resolve())
+            return
+        }
+        var reasons: [String] = []
+        for path in paths {
+            do throws(ReplicaError) {
+                try self.init(path: path)
+                return
+            } catch {
+                if case .noHub(let message) = error { reasons.append(message) } else { reasons.append(error.description) }
+            }
+        }
+        _ = first
+        throw .noHub("no hub answers at any of \(paths.joined(separator: ", ")): " + reasons.joined(separator: "; "))
+    }
+
     deinit { close() }
 
     /// Closes the connection (idempotent).

@@ -19,7 +19,8 @@ extension Replica {
     ///     lets observers register first, then call ``startReading()``.
     ///   - timeout: How long to wait for the hub's welcome; each read of it waits at most this
     ///     long (a hub whose state is large takes longer to send it).
-    ///   - onDispatchFailure: Receives fire-and-forget dispatches that could not be sent.
+    ///   - onDispatchFailure: Receives fire-and-forget dispatches that could not be sent, on a
+    ///     serial queue of the replica's, after the dispatch returns (as for the blocking attach).
     /// - Returns: The attached replica (reading, unless `startReading` is `false`).
     /// - Throws: ``ReplicaError``: no hub, a refusal (`app-mismatch`, …), or no welcome in time.
     @inlinable
@@ -48,7 +49,7 @@ extension Replica {
         reconnect: ReconnectPolicy, session: String?, startReading: Bool, timeout: Duration,
         onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?, frameHandler: @escaping FrameHandler
     ) async throws(ReplicaError) -> Replica {
-        let path = SocketPath.resolve(explicit: socketPath)
+        let paths = SocketPath.resolveList(explicit: socketPath)
         let (seconds, attoseconds) = timeout.components
         // Saturating: a huge timeout is "a very long time", never an overflow.
         let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000)
@@ -57,9 +58,9 @@ extension Replica {
         let outcome: Result<Replica, ReplicaError> = await withCheckedContinuation { continuation in
             let thread = Thread {
                 do throws(ReplicaError) {
-                    let connection = try HubConnection(path: path)
+                    let connection = try HubConnection(paths: paths)
                     continuation.resume(returning: .success(try attach(
-                        app: app, over: connection, name: name, middleware: middleware, startReading: startReading,
+                        app: app, over: connection, paths: paths, name: name, middleware: middleware, startReading: startReading,
                         reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: milliseconds,
                         onDispatchFailure: onDispatchFailure, frameHandler: frameHandler)))
                 } catch {

@@ -50,7 +50,7 @@ extension Replica {
     /// shut down, or dropped this replica as a slow consumer. Not after this side closed,
     /// nor after a refusal or a protocol breach, which would only repeat.
     private func shouldReconnect(after reason: ReplicaError) -> Bool {
-        guard reconnect.enabled, !shared.withLock({ $0.closing }) else { return false }
+        guard reconnect.enabled, !shared.withLock({ $0.ledger.closing }) else { return false }
         switch reason {
         case .disconnected:
             return true
@@ -67,9 +67,11 @@ extension Replica {
     }
 
     /// Whether a hub's `error` ends only this connection (the hub stopping, dropping a slow
-    /// consumer, timing out an idle one), so attaching again makes sense.
+    /// consumer, timing out an idle one, not caught up with a shared log, too busy), so
+    /// attaching again (to this hub or another) makes sense.
     private static func isTransient(_ error: WireError) -> Bool {
         error.code == .shuttingDown || error.code == .slowConsumer || error.code == .timeout
+            || error.code == .unavailable || error.code == .tooManyClients
     }
 
     /// Fails the status and sync waits (they need this connection's answer) and tells
@@ -82,9 +84,7 @@ extension Replica {
             defer {
                 shared.statusWaiters = []
                 shared.syncWaiters = []
-                shared.resumeCompletion = nil
-                shared.linkState = .reconnecting(attempt: 1)
-                if reason.isDivergence { shared.divergences += 1 }
+                shared.ledger.dropped(divergence: reason.isDivergence)
             }
             return (shared.statusWaiters, shared.syncWaiters, shared.observers)
         } }
@@ -115,7 +115,7 @@ extension Replica {
             }
             let observers = changingLinkState {
                 shared.withLock { shared in
-                    shared.linkState = .reconnecting(attempt: attempt)
+                    shared.ledger.reconnecting(attempt: attempt)
                     return shared.observers
                 }
             }
@@ -124,7 +124,12 @@ extension Replica {
             let (seconds, attoseconds) = delay.components
             let nanoseconds = max(0, Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
             _ = wakeReconnect.wait(timeout: .now() + .nanoseconds(nanoseconds))
-            if shared.withLock({ $0.closing }) { return .failure(.disconnected("closed by this replica")) }
+            if shared.withLock({ $0.ledger.closing }) { return .failure(.disconnected("closed by this replica")) }
+            // Hubs on one shared log take turns: the first attempt goes to the same hub, each
+            // later one to the next socket.
+            if attempt > 1, socketPaths.count > 1 {
+                pathIndex.store((pathIndex.load(ordering: .relaxed) + 1) % socketPaths.count, ordering: .releasing)
+            }
             do throws(ReplicaError) {
                 return .success(try attachAgain(resume: resume))
             } catch {
@@ -170,15 +175,9 @@ extension Replica {
         old.closeDescriptor(reason: "replaced by a new connection")
         currentReplica.store(welcome.replica, ordering: .releasing)
         let closing = shared.withLock { shared -> Bool in
-            shared.hubID = welcome.hub
-            if let history = welcome.history, history != shared.history {
-                // Another history: replica ids of the old one say nothing about this one.
-                shared.history = history
-                shared.ownReplicas = []
-            }
-            shared.ownReplicas.insert(welcome.replica)
-            if welcome.resumed { shared.resumeCompletion = change }
-            return shared.closing
+            shared.ledger.welcomed(hub: welcome.hub, replica: welcome.replica, history: welcome.history,
+                                   resumed: welcome.resumed, change: change)
+            return shared.ledger.closing
         }
         if closing {
             // close() ran while this attempt was under way: it closed the old link only.
@@ -204,10 +203,7 @@ extension Replica {
     /// After a resume's replay (its `sync` came back): re-sends what is still pending and
     /// reports the link as back.
     private func completeResume() {
-        guard let change = shared.withLock({ shared -> ConnectionChange? in
-            defer { shared.resumeCompletion = nil }
-            return shared.resumeCompletion
-        }) else { return }
+        guard let change = shared.withLock({ $0.ledger.completeResume() }) else { return }
         resendPending(change)
     }
 
@@ -219,12 +215,8 @@ extension Replica {
         let upstream = link.current
         var sentThrough = -1
         while true {
-            let (next, observers) = changingLinkState { shared.withLock { shared -> ([(Int, DispatchID, JSON)], [Observer]) in
-                let next = shared.pending.filter { $0.value.order > sentThrough }
-                    .sorted { $0.value.order < $1.value.order }
-                    .map { ($0.value.order, $0.key, $0.value.json) }
-                if next.isEmpty { shared.linkState = .connected }
-                return (next, shared.observers)
+            let (next, observers) = changingLinkState { shared.withLock { shared in
+                (shared.ledger.toResend(after: sentThrough), shared.observers)
             } }
             if next.isEmpty {
                 notify(observers, .connection(change))
@@ -242,7 +234,7 @@ extension Replica {
     /// Fails one pending dispatch: its awaiting caller, or the failure report.
     private func failPending(_ id: DispatchID, _ error: ReplicaError) {
         let (entry, ack) = shared.withLock { shared in
-            (shared.pending.removeValue(forKey: id), shared.acks.removeValue(forKey: id))
+            (shared.ledger.unsent(id), shared.acks.removeValue(forKey: id))
         }
         if let ack {
             ack.resume(throwing: error)
@@ -254,27 +246,27 @@ extension Replica {
     /// The connection ended for good: fail every wait and report it.
     func finish(_ reason: ReplicaError) {
         link.current.closeDescriptor(reason: reason.description)
-        let ended: Shared = changingLinkState { () -> Shared in self.shared.withLock { shared -> Shared in
-            shared.endReason = reason
-            shared.linkState = .disconnected(reason)
-            defer {
-                shared.acks = [:]
-                shared.pending = [:]
-                shared.statusWaiters = []
-                shared.syncWaiters = []
-                shared.closeWaiters = []
+        let (ended, unanswered) = changingLinkState { () -> (Shared, [(id: DispatchID, pending: ReplicaLedger.Pending)]) in
+            self.shared.withLock { shared in
+                let left = shared.ledger.end(reason)
+                defer {
+                    shared.acks = [:]
+                    shared.statusWaiters = []
+                    shared.syncWaiters = []
+                    shared.closeWaiters = []
+                }
+                return (shared, left)
             }
-            return shared
-        } }
+        }
         // The store's terminal no longer reaches this replica (the reference is released here,
         // outside every lock).
         withExtendedLifetime(self.submitter.clear()) {}
         let failure = ReplicaError.disconnected(reason.description)
         for ack in ended.acks.values { ack.resume(throwing: failure) }
         // Fire-and-forget dispatches never answered: the hub may or may not have applied them.
-        let unanswered = ReplicaError.disconnected("the link to the hub ended (\(reason.description)) before the hub answered this dispatch; it may or may not have been applied")
-        for (_, entry) in ended.pending.sorted(by: { $0.value.order < $1.value.order }) where !entry.awaited {
-            reportFailure(unanswered, entry.json)
+        let neverAnswered = ReplicaError.disconnected("the link to the hub ended (\(reason.description)) before the hub answered this dispatch; it may or may not have been applied")
+        for entry in unanswered where !entry.pending.awaited {
+            reportFailure(neverAnswered, entry.pending.json)
         }
         for waiter in ended.statusWaiters { waiter.resume(throwing: failure) }
         for waiter in ended.syncWaiters { waiter.resume(throwing: failure) }

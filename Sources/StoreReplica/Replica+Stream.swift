@@ -2,8 +2,41 @@ import SyncCore
 import Synchronization
 
 extension Replica {
+    /// What one read's frames leave to do once the store's lock is released: continuations to
+    /// resume and events to hand to observers, in the order the frames came.
+    @usableFromInline
+    struct Deliveries {
+        @usableFromInline
+        enum Step {
+            case acknowledged(CheckedContinuation<UInt64, any Error>, UInt64)
+            case refused(CheckedContinuation<UInt64, any Error>, ReplicaError)
+            case status(CheckedContinuation<HubStatus, any Error>, HubStatus)
+            case synced(CheckedContinuation<UInt64, any Error>, UInt64)
+            case event([Observer], ReplicaEvent<App.Action>)
+        }
+
+        @usableFromInline var steps: [Step] = []
+
+        @inlinable init() {}
+
+        /// Carries them out, with no lock held.
+        @inlinable
+        func run() {
+            for step in steps {
+                switch step {
+                case .acknowledged(let continuation, let seq): continuation.resume(returning: seq)
+                case .refused(let continuation, let error): continuation.resume(throwing: error)
+                case .status(let continuation, let status): continuation.resume(returning: status)
+                case .synced(let continuation, let seq): continuation.resume(returning: seq)
+                case .event(let observers, let event): for observer in observers { observer.callback(event) }
+                }
+            }
+        }
+    }
+
     /// Handles every complete frame buffered in `decoder`, applying actions in one hold of
-    /// the store's dispatch lock; returns a reason to stop, or `nil` to read more.
+    /// the store's dispatch lock, then (with no lock held) resuming awaiting callers and
+    /// calling observers; returns a reason to stop, or `nil` to read more.
     ///
     /// - Parameters:
     ///   - decoder: The connection's frames.
@@ -11,11 +44,12 @@ extension Replica {
     @inlinable
     func handleFrames(_ decoder: inout FrameDecoder, resumeSynced: inout Bool) -> ReplicaError? {
         var failure: ReplicaError?
+        var deliveries = Deliveries()
         store.receiveBatch { apply in
             while failure == nil {
                 do throws(FrameError) {
                     guard let outcome = try decoder.decodeNext({ payload in
-                        handle(payload, apply: apply, resumeSynced: &resumeSynced)
+                        handle(payload, apply: apply, resumeSynced: &resumeSynced, deliveries: &deliveries)
                     }) else { return }
                     failure = outcome
                 } catch {
@@ -23,13 +57,15 @@ extension Replica {
                 }
             }
         }
+        deliveries.run()
         return failure
     }
 
-    /// Handles one frame from the hub; returns a reason to stop, or `nil` to go on.
+    /// Handles one frame from the hub (under the store's dispatch lock); returns a reason to
+    /// stop, or `nil` to go on. What must run without the lock goes into `deliveries`.
     @inlinable
     func handle(_ frame: UnsafeRawBufferPointer, apply: (App.Action) throws(App.Failure) -> Void,
-                        resumeSynced: inout Bool) -> ReplicaError? {
+                resumeSynced: inout Bool, deliveries: inout Deliveries) -> ReplicaError? {
         let message: HubMessage
         do {
             // The hub's own action envelopes skip building a JSON object for the envelope.
@@ -63,36 +99,41 @@ extension Replica {
             let observers = shared.withLock { shared -> [Observer] in
                 // Ours if this replica held that id in this history (a resume replays actions
                 // dispatched over an earlier connection, under its earlier replica id).
-                if shared.ownReplicas.contains(origin), shared.pending.removeValue(forKey: id) != nil {
+                if shared.ledger.sequenced(origin: origin, id: id) != nil {
                     ack = shared.acks.removeValue(forKey: id)
                 }
                 return shared.observers
             }
-            ack?.resume(returning: seq)
-            let event = ReplicaEvent<App.Action>.action(seq: seq, origin: origin, id: id, action: action, json: json)
-            for observer in observers { observer.callback(event) }
-        case .reject(let id, let error):
-            let (ack, observers) = shared.withLock { shared -> (CheckedContinuation<UInt64, any Error>?, [Observer]) in
-                shared.pending.removeValue(forKey: id)
-                return (shared.acks.removeValue(forKey: id), shared.observers)
+            if let ack { deliveries.steps.append(.acknowledged(ack, seq)) }
+            if !observers.isEmpty {
+                deliveries.steps.append(.event(observers, .action(seq: seq, origin: origin, id: id, action: action, json: json)))
             }
-            ack?.resume(throwing: ReplicaError.rejected(error))
-            for observer in observers { observer.callback(.rejected(id: id, error: error)) }
+        case .reject(let id, let error):
+            var ack: CheckedContinuation<UInt64, any Error>?
+            let observers = shared.withLock { shared -> [Observer] in
+                shared.ledger.rejected(id)
+                ack = shared.acks.removeValue(forKey: id)
+                return shared.observers
+            }
+            if let ack { deliveries.steps.append(.refused(ack, ReplicaError.rejected(error))) }
+            if !observers.isEmpty { deliveries.steps.append(.event(observers, .rejected(id: id, error: error))) }
         case .status(let status):
-            let waiter = shared.withLock { $0.statusWaiters.isEmpty ? nil : $0.statusWaiters.removeFirst() }
-            waiter?.resume(returning: status)
+            if let waiter = shared.withLock({ $0.statusWaiters.isEmpty ? nil : $0.statusWaiters.removeFirst() }) {
+                deliveries.steps.append(.status(waiter, status))
+            }
         case .synced(_, let id?) where id == Self.resumeSyncID:
             resumeSynced = true
         case .synced:
-            let waiter = shared.withLock { $0.syncWaiters.isEmpty ? nil : $0.syncWaiters.removeFirst() }
-            waiter?.resume(returning: lastSeq.load(ordering: .relaxed))
+            if let waiter = shared.withLock({ $0.syncWaiters.isEmpty ? nil : $0.syncWaiters.removeFirst() }) {
+                deliveries.steps.append(.synced(waiter, lastSeq.load(ordering: .relaxed)))
+            }
         case .duplicate(let id, let seq):
             // A re-sent dispatch the hub had already sequenced (its action was applied here
             // before the link dropped, or is part of the state a full welcome brought).
             let ack = shared.withLock { shared -> CheckedContinuation<UInt64, any Error>? in
-                shared.pending.removeValue(forKey: id) != nil ? shared.acks.removeValue(forKey: id) : nil
+                shared.ledger.duplicate(id) != nil ? shared.acks.removeValue(forKey: id) : nil
             }
-            ack?.resume(returning: seq)
+            if let ack { deliveries.steps.append(.acknowledged(ack, seq)) }
         case .checkpoint(let seq, let digest):
             // It follows action `seq`; one for any other point (there is none) is ignored.
             guard seq == lastSeq.load(ordering: .relaxed) else { break }

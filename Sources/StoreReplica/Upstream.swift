@@ -19,10 +19,14 @@ import Synchronization
 /// call, no thread hand-off, so an isolated dispatch is as fast as a direct write. Whatever
 /// the socket does not take at once, and every frame sent while a write is in progress, is
 /// queued; a writer thread owned by this object drains the queue with blocking writes, as
-/// many frames per `write` as are queued. A sender therefore never waits for the hub —
-/// which matters because the store calls `send` while holding its dispatch lock, and the
-/// replica's reader needs that lock to apply incoming actions. Past `maxQueuedBytes` of
-/// backlog a sender does wait (backpressure), until the writer has caught up.
+/// many frames per `write` as are queued.
+///
+/// Backpressure: past ``maxQueuedBytes`` of backlog, a sender that may wait (`mayWait`) waits
+/// until the writer has caught up. The store's terminal may not: it sends while holding the
+/// store's dispatch lock, which the replica's reader needs to apply incoming actions, so
+/// waiting there could stall both directions until the hub dropped the link. Its backlog is
+/// bounded by the replica instead: under the dispatch lock at most
+/// ``ReconnectPolicy/maxPendingDispatches`` dispatches are unanswered at once.
 final class Upstream: Sendable {
     let fd: Int32
     private let state = Mutex<State>(State())
@@ -30,7 +34,7 @@ final class Upstream: Sendable {
     private let wakeWriter = DispatchSemaphore(value: 0)
     /// Wakes senders waiting for the backlog to shrink.
     private let roomAvailable = DispatchSemaphore(value: 0)
-    /// The backlog at which senders start to wait.
+    /// The backlog past which a sender that may wait does.
     let maxQueuedBytes: Int
     /// The largest payload the hub accepts (`max_frame_bytes` from its welcome); a larger
     /// message is refused here, so it costs the sender one refusal instead of the connection.
@@ -49,6 +53,7 @@ final class Upstream: Sendable {
         /// Set once the descriptor is closed; it may then belong to another file.
         var closed = false
         var writerStarted = false
+        /// Senders waiting on `roomAvailable`.
         var waitingForRoom = 0
         /// This side asked to close (``closeLocally()``), as opposed to the hub going away.
         var closedLocally = false
@@ -81,9 +86,13 @@ final class Upstream: Sendable {
 
     /// Sends one frame: directly when the line is idle, else through the writer thread.
     ///
+    /// - Parameters:
+    ///   - message: The message.
+    ///   - mayWait: Whether the caller may wait while more than ``maxQueuedBytes`` are queued
+    ///     (never under the store's dispatch lock).
     /// - Returns: Whether it was sent; a message longer than the hub's limit is refused here.
     @discardableResult
-    func send(_ message: ClientMessage) -> Outcome {
+    func send(_ message: ClientMessage, mayWait: Bool = false) -> Outcome {
         let frame: [UInt8]
         do throws(FrameError) {
             frame = try Frame.encode(message)
@@ -93,11 +102,11 @@ final class Upstream: Sendable {
         guard frame.count - Frame.headerSize <= maxPayloadBytes else {
             return .tooLarge(WireError(.frameTooLarge, "the message is \(frame.count - Frame.headerSize) bytes, more than the hub's limit of \(maxPayloadBytes) bytes (its --max-frame-bytes); nothing was sent — split the action or raise the hub's limit"))
         }
-        return sendFrame(frame).map { .closed($0) } ?? .sent
+        return sendFrame(frame, mayWait: mayWait).map { .closed($0) } ?? .sent
     }
 
     /// Sends an encoded frame; returns `nil`, or why the connection cannot take writes.
-    private func sendFrame(_ frame: [UInt8]) -> String? {
+    private func sendFrame(_ frame: [UInt8], mayWait: Bool) -> String? {
         enum Plan { case failed(String), direct, queued(wake: Bool, wait: Bool) }
         let plan = state.withLock { state -> Plan in
             if let failure = state.failure { return .failed(failure) }
@@ -107,7 +116,7 @@ final class Upstream: Sendable {
                 return .direct
             }
             state.pending.append(contentsOf: frame)
-            let wait = state.pending.count > maxQueuedBytes
+            let wait = mayWait && state.pending.count > maxQueuedBytes
             if wait { state.waitingForRoom += 1 }
             if !state.busy {
                 state.busy = true
@@ -204,6 +213,7 @@ final class Upstream: Sendable {
         }
     }
 
+    /// Wakes every sender waiting for room (the backlog was just written, or the link failed).
     private func releaseWaitingSenders() {
         let waiting = state.withLock { state -> Int in
             defer { state.waitingForRoom = 0 }

@@ -114,7 +114,8 @@ extension MultiProcessTests {
             }
             #expect(throws: ReplicaError.self) { try replica.send(json: big) }
             replica.store.dispatch(.set(try JSONPointer("/big"), .string(String(repeating: "y", count: 2_000))))
-            #expect(failures.withLock { $0.count } == 1)
+            // Reported off the dispatch lock, on the replica's failure queue.
+            try await waitUntil("the oversized store dispatch to be reported") { failures.withLock { $0.count } == 1 }
             // The connection is fine: the next dispatch goes through.
             #expect(replica.isConnected)
             #expect(try await replica.dispatch(.set(try JSONPointer("/small"), 1)) == 1)
@@ -128,8 +129,8 @@ extension MultiProcessTests {
             _ = await replica.waitUntilDisconnected()
             #expect(throws: ReplicaError.self) { try replica.send(.set(try JSONPointer("/late"), 1)) }
             replica.store.dispatch(.set(try JSONPointer("/late"), 1))
+            try await waitUntil("the late store dispatch to be reported") { failures.withLock { $0.count } == 2 }
             let reported = failures.withLock { $0 }
-            #expect(reported.count == 2)
             #expect(reported.last?.contains("disconnected") == true)
             try await hub.stop()
         }

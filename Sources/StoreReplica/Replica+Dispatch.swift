@@ -1,0 +1,194 @@
+import Foundation
+import SyncCore
+import SyncPOSIX
+
+extension Replica {
+
+    /// Sends `action` to the hub and waits until it is sequenced and applied here.
+    ///
+    /// Skips local middleware (use `store.dispatch` for thunks and middleware).
+    ///
+    /// - Parameter action: The action.
+    /// - Returns: The seq the hub gave it; the local state already includes it.
+    /// - Throws: ``ReplicaError/rejected(_:)`` with the hub's code and message, or
+    ///   ``ReplicaError/disconnected(_:)``.
+    @discardableResult
+    public func dispatch(_ action: App.Action) async throws(ReplicaError) -> UInt64 {
+        try await dispatch(json: app.encodeAction(action))
+    }
+
+    /// Sends a wire action as JSON and waits until it is sequenced and applied here.
+    ///
+    /// - Parameter json: The action's wire JSON; the hub decodes and validates it.
+    /// - Returns: The seq the hub gave it.
+    /// - Throws: ``ReplicaError/rejected(_:)`` (`bad-action` or `rejected`), or ``ReplicaError/disconnected(_:)``.
+    @discardableResult
+    public func dispatch(json: JSON) async throws(ReplicaError) -> UInt64 {
+        let id = link.makeID()
+        do {
+            return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<UInt64, any Error>) in
+                shared.withLock { $0.acks[id] = continuation }
+                if let failure = submit(id: id, json: json, awaited: true),
+                   let waiting = shared.withLock({ $0.acks.removeValue(forKey: id) }) {
+                    waiting.resume(throwing: failure)
+                }
+            }
+        } catch let error as ReplicaError {
+            throw error
+        } catch {
+            throw .disconnected(String(describing: error))
+        }
+    }
+
+    /// Records a dispatch as pending (so it is re-sent on the same session after a reconnect)
+    /// and sends it, or queues it while the link is being re-established.
+    ///
+    /// - Returns: Why it was not accepted (then nothing is pending and nothing will be sent).
+    func submit(id: DispatchID, json: JSON, awaited: Bool) -> ReplicaError? {
+        // Lock order: drain (when called from the store's terminal) → shared → link → upstream.
+        // Under the store's dispatch lock nothing may wait (the reader needs that lock to
+        // apply the answers), so the pending bound refuses instead; elsewhere the socket's
+        // backlog holds the sender back.
+        let mayWait = !store.isDispatchingOnCurrentThread
+        switch shared.withLock({ $0.ledger.submit(id: id, json: json, awaited: awaited, bounded: !mayWait) }) {
+        case .refuse(let error):
+            return error
+        case .queue:
+            return nil
+        case .send:
+            let failure: ReplicaError
+            switch link.current.send(.dispatch(id: id, action: json), mayWait: mayWait) {
+            case .sent:
+                return nil
+            case .tooLarge(let error):
+                failure = .rejected(error)
+            case .closed(let reason):
+                // The link is dropping: kept pending, it is re-sent (on the same session, so
+                // applied once) when the link is back, or failed when the replica ends.
+                if reconnect.enabled, !shared.withLock({ $0.ledger.closing }) { return nil }
+                failure = .disconnected(reason)
+            }
+            shared.withLock { _ = $0.ledger.unsent(id) }
+            return failure
+        }
+    }
+
+    /// Sends `action` to the hub without waiting, skipping local middleware.
+    ///
+    /// The returned id names this dispatch in the events that follow: the
+    /// ``ReplicaEvent/action(seq:origin:id:action:json:)`` whose `origin` is ``replicaID``, or a
+    /// ``ReplicaEvent/rejected(id:error:)``.
+    ///
+    /// - Parameter action: The action.
+    /// - Returns: The dispatch id.
+    /// - Throws: ``ReplicaError/rejected(_:)`` with `frame-too-large` when the action is larger
+    ///   than the hub accepts, ``ReplicaError/disconnected(_:)`` when the connection is gone;
+    ///   nothing was sent in either case.
+    @discardableResult
+    public func send(_ action: App.Action) throws(ReplicaError) -> DispatchID {
+        try send(json: app.encodeAction(action))
+    }
+
+    /// Sends a wire action without waiting; see ``send(_:)``.
+    ///
+    /// - Parameter json: The action's wire JSON.
+    /// - Returns: The dispatch id.
+    /// - Throws: ``ReplicaError`` when nothing could be sent.
+    @discardableResult
+    public func send(json: JSON) throws(ReplicaError) -> DispatchID {
+        let id = link.makeID()
+        if let failure = submit(id: id, json: json, awaited: false) { throw failure }
+        return id
+    }
+
+    /// Whether an action's `origin` is this replica: one of the replica ids it has held in the
+    /// current history (each reconnection gets a new one).
+    ///
+    /// - Parameter origin: The `origin` of a sequenced action.
+    /// - Returns: Whether this replica dispatched it.
+    public func isOwn(origin: Int) -> Bool { shared.withLock { $0.ledger.isOwn(origin: origin) } }
+
+    /// How many times this replica found its state differing from the hub's (a checkpoint
+    /// mismatch, or an action it could not apply) and healed it by re-hydrating.
+    public var divergences: Int { shared.withLock { $0.ledger.divergences } }
+
+    /// Asks the hub for its status over this connection.
+    ///
+    /// - Returns: The status.
+    /// - Throws: ``ReplicaError/disconnected(_:)`` when the connection is gone.
+    public func status() async throws(ReplicaError) -> HubStatus {
+        // Status replies come in request order; the reader resumes the first waiter. If the
+        // send fails the connection is ending, and the reader's finish fails every waiter, so
+        // nothing is unregistered here (it could not tell which waiter is this call's).
+        try await awaitReply(
+            register: { $0.statusWaiters.append($1) },
+            send: { $0.send(.status) },
+            unregister: { _ in nil }
+        )
+    }
+
+    /// Registers a continuation for a reply, sends the request, and waits.
+    ///
+    /// If the connection has already ended, or the send fails, the wait ends at once with
+    /// ``ReplicaError/disconnected(_:)`` or the local refusal (and the registration is undone).
+    /// The request goes out on the link that was current when the wait was registered: if that
+    /// link drops meanwhile, the drop fails the wait and the request is never sent on the next
+    /// link (where its answer would be taken for a later request's).
+    private func awaitReply<T: Sendable>(
+        register: @escaping (inout Shared, CheckedContinuation<T, any Error>) -> Void,
+        send: (Upstream) -> Upstream.Outcome,
+        unregister: @escaping (inout Shared) -> CheckedContinuation<T, any Error>?
+    ) async throws(ReplicaError) -> T {
+        do {
+            return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+                var upstream: Upstream?
+                let ended = shared.withLock { shared -> ReplicaError? in
+                    if let reason = shared.ledger.endReason { return reason }
+                    if case .reconnecting(let attempt) = shared.ledger.link {
+                        return .disconnected("the link to the hub is being re-established (attempt \(attempt)); ask again once it is back")
+                    }
+                    register(&shared, continuation)
+                    // The link is replaced before the state says connected, so this is the
+                    // link the registration belongs to.
+                    upstream = link.current
+                    return nil
+                }
+                guard let upstream else {
+                    continuation.resume(throwing: ReplicaError.disconnected((ended ?? .disconnected("the link to the hub has ended")).description))
+                    return
+                }
+                if let failure = send(upstream).failure, let waiting = shared.withLock({ unregister(&$0) }) {
+                    waiting.resume(throwing: failure)
+                }
+            }
+        } catch let error as ReplicaError {
+            throw error
+        } catch {
+            throw .disconnected(String(describing: error))
+        }
+    }
+
+    /// Waits until everything this replica sent before the call has been sequenced (or
+    /// refused) by the hub and applied here.
+    ///
+    /// Use it after `store.dispatch` (fire-and-forget, e.g. a thunk) to read your own
+    /// writes. It is one `sync` round trip, which costs the hub O(1) whatever the state's
+    /// size: the hub answers a connection's messages in order and sends every action it
+    /// sequenced before the answer.
+    ///
+    /// - Returns: The seq applied here when the barrier completed (at least the hub's seq
+    ///   when it answered).
+    /// - Throws: ``ReplicaError/disconnected(_:)`` when the connection is gone.
+    @discardableResult
+    public func sync() async throws(ReplicaError) -> UInt64 {
+        // Replies come in request order; the reader resumes the first waiter. As for status,
+        // a failed send means the connection is ending and the reader fails every waiter.
+        _ = try await awaitReply(
+            register: { $0.syncWaiters.append($1) },
+            send: { $0.send(.sync(id: nil)) },
+            unregister: { _ in nil }
+        )
+        return seq
+    }
+
+}
