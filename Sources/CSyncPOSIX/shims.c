@@ -19,4 +19,14 @@ int csyncposix_peer_credentials(int fd, unsigned int *uid, unsigned int *gid, in
     *pid = credentials.pid;
     return 0;
 }
+
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59
+#endif
+
+int csyncposix_peer_groups(int fd, unsigned int *groups, int capacity) {
+    socklen_t length = (socklen_t)(capacity * sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &length) != 0) return -1;
+    return (int)(length / sizeof(gid_t));
+}
 #endif

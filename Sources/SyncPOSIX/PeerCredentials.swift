@@ -55,6 +55,42 @@ public struct PeerCredentials: Sendable, Equatable {
         #endif
     }
 
+    /// The supplementary groups the peer of a connected Unix socket had when it connected, as
+    /// the kernel says (`SO_PEERGROUPS`, Linux 4.13 and later).
+    ///
+    /// - Parameter fd: The connected socket.
+    /// - Returns: The group ids, or `nil` when the system cannot tell (older kernels, other
+    ///   platforms): then membership comes from the group database instead.
+    public static func groups(of fd: Int32) -> [UInt32]? {
+        #if os(Linux)
+        var capacity = 64
+        while capacity <= 65_536 {
+            var groups = [UInt32](repeating: 0, count: capacity)
+            let count = csyncposix_peer_groups(fd, &groups, Int32(capacity))
+            if count >= 0 { return Array(groups.prefix(Int(count))) }
+            guard currentErrno() == ERANGE else { return nil }
+            capacity *= 4
+        }
+        return nil
+        #else
+        return nil
+        #endif
+    }
+
+    /// The groups of this process: its effective group and its supplementary groups.
+    ///
+    /// - Returns: The group ids.
+    public static func ownGroups() -> Set<UInt32> {
+        var groups: Set<UInt32> = [UInt32(getegid())]
+        let count = getgroups(0, nil)
+        if count > 0 {
+            var list = [gid_t](repeating: 0, count: Int(count))
+            let got = getgroups(count, &list)
+            if got > 0 { for gid in list.prefix(Int(got)) { groups.insert(UInt32(gid)) } }
+        }
+        return groups
+    }
+
     /// This process's own effective credentials.
     public static var current: PeerCredentials { PeerCredentials(uid: geteuid(), gid: getegid(), pid: getpid()) }
 }

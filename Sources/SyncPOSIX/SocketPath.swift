@@ -32,6 +32,17 @@ public enum SocketPath {
         return join(temp, "storesync-\(getuid())/hub.sock")
     }
 
+    /// The socket paths to try: ``resolve(explicit:)`` split at commas (`"/run/a.sock,/run/b.sock"`:
+    /// hubs on one shared log, tried in turn), empty parts dropped.
+    ///
+    /// - Parameter explicit: The path or paths given on the command line, if any.
+    /// - Returns: At least one path.
+    public static func resolveList(explicit: String? = nil) -> [String] {
+        let resolved = resolve(explicit: explicit)
+        let parts = resolved.split(separator: ",").map(String.init).filter { !$0.isEmpty }
+        return parts.isEmpty ? [resolved] : parts
+    }
+
     /// Checks that `path` fits in `sun_path`.
     ///
     /// - Parameter path: The socket path.
@@ -80,15 +91,16 @@ public enum SocketPath {
     /// owned by one of `owners` (the effective user and root, and for a client the hub's user),
     /// and writable by no one else — except a sticky directory owned by root, such as `/tmp`,
     /// where no one can rename or remove another user's socket, and a directory writable by
-    /// the group the socket is shared with.
+    /// a group in `sharedGroups` (for the hub, its `--socket-group`; for a client, its own
+    /// groups: it trusts the group it was put in, and it checks who serves the socket anyway).
     ///
     /// - Parameters:
     ///   - path: The socket path.
     ///   - owners: The user ids a trusted directory may belong to.
-    ///   - sharedGroup: The group the operator shares the socket with, if any.
+    ///   - sharedGroups: The groups whose write permission is accepted.
     ///   - side: `"hub"` or `"client"`, for the message.
     /// - Throws: ``SystemError`` naming the directory, its owner and mode, and what to do.
-    public static func checkDirectory(for path: String, owners: Set<UInt32>, sharedGroup: UInt32? = nil,
+    public static func checkDirectory(for path: String, owners: Set<UInt32>, sharedGroups: Set<UInt32> = [],
                                       side: String) throws(SystemError) {
         let directory = parent(of: path)
         var info = stat()
@@ -113,7 +125,7 @@ public enum SocketPath {
         let otherWrite = mode & 0o002 != 0
         let groupWrite = mode & 0o020 != 0
         if (otherWrite || groupWrite) && !(sticky && info.st_uid == 0) {
-            if otherWrite || !(groupWrite && sharedGroup != nil && sharedGroup == info.st_gid) {
+            if otherWrite || !(groupWrite && sharedGroups.contains(UInt32(info.st_gid))) {
                 throw SystemError("refusing the socket directory \(described): \(otherWrite ? "everyone" : "its group") may write in it, so another user could replace the socket; run chmod go-w \(directory) (or chmod 0700), or choose another --socket path", errno: EPERM)
             }
         }

@@ -29,7 +29,7 @@ public enum UnixSocket {
     /// Binds and listens on `path`, replacing a stale socket file but never a live hub.
     ///
     /// The socket's directory is created if missing (mode 0700, or 0750 for a shared group)
-    /// and must pass ``SocketPath/checkDirectory(for:owners:sharedGroup:side:)``. Start-up is
+    /// and must pass ``SocketPath/checkDirectory(for:owners:sharedGroups:side:)``. Start-up is
     /// serialised by an exclusive `flock` on `PATH.lock` (kept for the listener's life), so two
     /// hubs starting together cannot both decide the path is free; a socket file nobody accepts
     /// on (left by a hub that died) is then removed. The socket is bound at a private staging
@@ -49,7 +49,7 @@ public enum UnixSocket {
                               backlog: Int32 = 128) throws(SystemError) -> ListeningSocket {
         try SocketPath.validate(path)
         try SocketPath.prepareDirectory(for: path, group: group)
-        try SocketPath.checkDirectory(for: path, owners: [geteuid(), 0], sharedGroup: group, side: "hub")
+        try SocketPath.checkDirectory(for: path, owners: [geteuid(), 0], sharedGroups: group.map { [$0] } ?? [], side: "hub")
         let lockPath = ListeningSocket.lockPath(for: path)
         let lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard lockFD >= 0 else { throw SystemError.lastCall("cannot open the lock file \(lockPath)") }
@@ -139,7 +139,7 @@ public enum UnixSocket {
     /// Connects to the hub at `path` (blocking), as a client that trusts only certain users.
     ///
     /// Before connecting, the socket's directory must pass
-    /// ``SocketPath/checkDirectory(for:owners:sharedGroup:side:)`` (owned by one of `owners`);
+    /// ``SocketPath/checkDirectory(for:owners:sharedGroups:side:)`` (owned by one of `owners`);
     /// after connecting, the process at the other end must run as one of `owners` (peer
     /// credentials), as ssh-agent clients check their agent. So a socket another user put in
     /// the hub's place is refused before anything is sent to it.
@@ -152,7 +152,7 @@ public enum UnixSocket {
     /// - Throws: ``SystemError`` that names the path and says what to do.
     public static func connect(to path: String, trusting owners: Set<UInt32>) throws(SystemError) -> Int32 {
         try SocketPath.validate(path)
-        try SocketPath.checkDirectory(for: path, owners: owners, sharedGroup: nil, side: "client")
+        try SocketPath.checkDirectory(for: path, owners: owners, sharedGroups: PeerCredentials.ownGroups(), side: "client")
         let fd = try connect(to: path)
         guard let peer = PeerCredentials.of(fd) else {
             close(fd)

@@ -99,6 +99,34 @@ extension MultiProcessTests {
             #expect(try await admitting.waitForExit() == 0)
         }
 
+        @Test("--socket-group: a member by its supplementary groups (as the kernel says) is admitted, and its client accepts the group-writable directory",
+              .enabled(if: runningAsRoot, "needs root to act as another user"))
+        func supplementaryGroup() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            _ = chmod(fixture.directory, 0o755)
+            // A group no account has (so only the kernel's view of the client can say it is in it).
+            let group: gid_t = 47_011
+            let shared = fixture.directory + "/shared"
+            try makeDirectory(shared, mode: 0o770)
+            #expect(chown(shared, 0, group) == 0)
+            let socket = shared + "/hub.sock"
+            let hub = try fixture.spawn("hubd", ["--socket", socket, "--app", "json", "--socket-mode", "0660",
+                                                 "--socket-group", "\(group)"])
+            try await waitUntil("the hub to listen; \(hub.errorLines)") { (try? HubStatusProbe.status(socket)) != nil }
+            let cli = try Executables.url("replica-cli").path
+            let member = try fixture.spawn("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--groups=\(group)", cli,
+                                                                "--socket", socket, "dispatch", #"{"type":"set","path":"/a","value":1}"#])
+            #expect(try await member.waitForExit() == 0, "\(member.errorLines)")
+            #expect(try HubStatusProbe.status(socket).seq == 1)
+            // Without the group the kernel refuses the socket file itself.
+            let outsider = try fixture.spawn("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", cli,
+                                                                  "--socket", socket, "state"])
+            #expect(try await outsider.waitForExit() == 1)
+            hub.signal(SIGTERM)
+            #expect(try await hub.waitForExit() == 0)
+        }
+
         @Test("a client refuses a socket served by another user unless told to trust it (STORESYNC_HUB_UID / --hub-uid)",
               .enabled(if: runningAsRoot, "needs root to run a hub as another user"))
         func clientChecksTheHub() async throws {

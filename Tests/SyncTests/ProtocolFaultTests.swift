@@ -168,6 +168,53 @@ extension MultiProcessTests {
             #expect(messages.last?["seq"] == 1)
         }
     
+        @Test("a client that half-closes after a thousand pipelined dispatches and a sync gets every answer before the close")
+        func halfCloseAfterBurst() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            try await fixture.startHub()
+            let client = try RawClient(path: fixture.socket)
+            defer { client.close() }
+            var burst = try Frame.encode(["type": "hello", "protocol": 1, "app": "json"])
+            for index in 1...1_000 {
+                burst.append(contentsOf: try Frame.encode(["type": "dispatch", "id": JSON(index),
+                                                       "action": ["type": "increment", "path": "/n"]]))
+            }
+            burst.append(contentsOf: try Frame.encode(["type": "sync", "id": "last"]))
+            try client.sendBytes(burst)
+            client.shutdownWrite()
+            var messages: [JSON] = []
+            while let message = try client.receiveOrEOF() { messages.append(message) }
+            #expect(messages.first?["type"] == "welcome")
+            #expect(messages.filter { $0["type"] == "action" }.count == 1_000)
+            #expect(messages.last?["type"] == "synced")
+            #expect(messages.last?["seq"] == 1_000)
+            #expect(messages.last?["id"] == "last")
+        }
+
+        @Test("a bad frame after good ones: the good ones are answered (own actions included) before the error")
+        func errorAfterGoodFrames() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            try await fixture.startHub()
+            let client = try RawClient(path: fixture.socket)
+            defer { client.close() }
+            var bytes = try Frame.encode(["type": "hello", "protocol": 1, "app": "json"])
+            bytes.append(contentsOf: try Frame.encode(["type": "dispatch", "id": 1, "action": ["type": "set", "path": "/a", "value": 1]]))
+            bytes.append(contentsOf: try Frame.encode(["type": "status"]))
+            bytes.append(contentsOf: try Self.frame("{not json"))
+            try client.sendBytes(bytes)
+            var messages: [JSON] = []
+            while let message = try client.receiveOrEOF() { messages.append(message) }
+            #expect(messages.map { $0["type"] } == ["welcome", "action", "status", "error"])
+            guard messages.count == 4 else { return }
+            #expect(messages[1]["id"] == 1)
+            #expect(messages[2]["seq"] == 1)
+            #expect(messages.last?["error"]?["code"] == "bad-json")
+            // The action was sequenced once, and the hub serves on.
+            #expect(try HubStatusProbe.status(fixture.socket).seq == 1)
+        }
+
         @Test("thousands of frames pipelined in one write are all handled, in order, across loop passes, and another client is served meanwhile")
         func pipelinedBurst() async throws {
             let fixture = try Fixture()

@@ -122,6 +122,20 @@ extension MultiProcessTests {
             #expect(try FileSystem.list(data).contains { $0.hasPrefix("snapshot-") })
         }
 
+        @Test("the shipped systemd units pass systemd-analyze verify and keep their exposure scores")
+        func shippedUnits() async throws {
+            let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+                .deletingLastPathComponent().deletingLastPathComponent().path
+            let hubd = try Executables.url("hubd").path
+            let check = try ChildProcess("/bin/sh", [root + "/Scripts/systemd-verify.sh", root, hubd])
+            let status = try await check.waitForExit(timeout: .seconds(120))
+            if status == 77 {
+                print("skipped: systemd-analyze is not installed, so the systemd units were not verified")
+                return
+            }
+            #expect(status == 0, "\((check.lines + check.errorLines).joined(separator: "\n"))")
+        }
+
         @Test("a stderr nobody reads never stops the hub: lines are dropped and counted, then the count is logged")
         func logsNeverBlock() async throws {
             let fixture = try Fixture()

@@ -13,6 +13,10 @@ int csyncposix_pipe2(int ends[2], int flags);
 /// SO_PEERCRED: the credentials of a Unix socket's peer (struct ucred needs _GNU_SOURCE).
 /// Returns 0, or -1 with errno set.
 int csyncposix_peer_credentials(int fd, unsigned int *uid, unsigned int *gid, int *pid);
+/// SO_PEERGROUPS (Linux 4.13+): the supplementary groups the peer had when it connected.
+/// Returns how many were stored (at most `capacity`), or -1 with errno set (ERANGE: more
+/// than `capacity`; ENOPROTOOPT: an older kernel).
+int csyncposix_peer_groups(int fd, unsigned int *groups, int capacity);
 #endif
 
 #endif

@@ -24,14 +24,22 @@ struct AccessPolicy {
 
     /// Whether a peer may use the hub.
     ///
+    /// Group membership is the peer's own at connect time when the kernel says
+    /// (`SO_PEERGROUPS`: its effective and supplementary groups, including groups it gained
+    /// with `newgrp` or `sg`); otherwise it comes from the group database.
+    ///
     /// - Parameters:
     ///   - peer: Its credentials.
+    ///   - groups: The peer's supplementary groups, asked only when a group decides (`nil`:
+    ///     the system cannot tell).
     ///   - now: The time (for the membership cache).
     /// - Returns: `true` when admitted.
-    mutating func admits(_ peer: PeerCredentials, now: ContinuousClock.Instant = .now) -> Bool {
+    mutating func admits(_ peer: PeerCredentials, groups: () -> [UInt32]? = { nil },
+                         now: ContinuousClock.Instant = .now) -> Bool {
         if peer.uid == hubUID || peer.uid == 0 || allowedUIDs.contains(peer.uid) { return true }
         guard let group else { return false }
         if peer.gid == group { return true }
+        if let kernel = groups() { return kernel.contains(group) }
         if let known = membership[peer.uid], now - known.at < .seconds(60) { return known.member }
         let member = Accounts.isMember(uid: peer.uid, primary: peer.gid, of: group)
         if membership.count > 1024 { membership.removeAll() }

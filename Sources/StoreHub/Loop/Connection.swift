@@ -68,8 +68,10 @@ final class Connection {
     var lastFrameAt: ContinuousClock.Instant = .now
     /// Since when bytes of an incomplete frame have been buffered (`nil`: none).
     var partialSince: ContinuousClock.Instant?
-    /// Requests of this connection still in the hub's pipeline (its replies must keep their order).
-    var pipelined = 0
+    /// No more frames are handled: the client ended its input, or sent a frame the hub
+    /// refuses. The end waits in the pipeline behind the connection's earlier requests, so
+    /// every answer (and every action it dispatched) is sent before the `error` or the close.
+    var ending = false
     /// What is owed to it.
     var output = ConnectionOutput()
     /// Its session's entry in the session table, once attached with a session.
@@ -182,11 +184,22 @@ struct ConnectionOutput {
         if counted { countedBytes += bytes.count }
     }
 
+    /// Where the shared stream stopped for this connection (``stopFollowing(at:)``).
+    private var stoppedAt: UInt64 = 0
+
+    /// Stops adding newly released shared frames; those up to `end` are still owed.
+    ///
+    /// - Parameter end: The backlog's end now.
+    mutating func stopFollowing(at end: UInt64) {
+        follows = false
+        stoppedAt = end
+    }
+
     /// Where shared output stops for now, given the backlog's end (`nil`: no shared output).
     func sharedLimit(end: UInt64) -> UInt64? {
         guard let cursor else { return nil }
         if follows { return end }
-        return max(cursor, head < items.count ? items[items.count - 1].after : cursor)
+        return max(cursor, stoppedAt, head < items.count ? items[items.count - 1].after : cursor)
     }
 
     /// Bytes owed that count against `--max-queue-bytes`: shared frames up to
@@ -285,6 +298,7 @@ struct ConnectionOutput {
         guard let from = cursor else { return }
         cursor = nil
         follows = false
+        stoppedAt = 0
         // An item gated at or before `from` is passed: it is still owed; later ones are dropped.
         var keep = items.count
         for index in head..<items.count where items[index].after > from {

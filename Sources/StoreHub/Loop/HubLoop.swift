@@ -102,6 +102,9 @@ final class HubLoop {
                 var events: Int16 = 0
                 if connection.state.isClosing {
                     timers = true
+                } else if connection.ending {
+                    // Waiting for its last answers: nothing more is read from it.
+                    checkWelcomeDeadline(connection, now: now, timers: &timers)
                 } else {
                     // Input is bounded: past one frame and one read of unhandled bytes, or a
                     // backlog of unread replies, the hub stops reading until it drains.
@@ -119,14 +122,7 @@ final class HubLoop {
                         if now - since > configuration.idleTimeout { idle.append(connection) }
                     }
                     if connection.awaitingWelcome != nil { timers = true }
-                    if let deadline = connection.welcomeDeadline {
-                        timers = true
-                        if connection.output.writtenTotal >= connection.welcomeEnd {
-                            connection.welcomeDeadline = nil
-                        } else if now >= deadline {
-                            fail(connection, WireError(.slowConsumer, "the welcome (\(connection.output.privateBytes) bytes still unread) was not read within \(configuration.welcomeTimeout) (--welcome-timeout); read the socket, then attach again"))
-                        }
-                    }
+                    checkWelcomeDeadline(connection, now: now, timers: &timers)
                 }
                 if owes(connection) { events |= Int16(POLLOUT) }
                 pollSet.append(pollfd(fd: connection.fd, events: events, revents: 0))
@@ -152,10 +148,10 @@ final class HubLoop {
             for (index, connection) in order.enumerated() {
                 guard connections[connection.fd] === connection, !connection.state.isClosing else { continue }
                 let revents = pollSet[index + fixed].revents
-                if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0, !connection.inputEnded,
+                if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0, !connection.inputEnded, !connection.ending,
                    pollSet[index + fixed].events & Int16(POLLIN) != 0 {
                     guard readFrom(connection) else { continue }
-                } else if !connection.moreFrames {
+                } else if !connection.moreFrames || connection.ending {
                     continue
                 }
                 handleFrames(connection)
@@ -172,6 +168,17 @@ final class HubLoop {
         }
         shutdown(listener: listener)
         if let failure { throw failure }
+    }
+
+    /// Fails a connection that has not read its full `welcome` by `--welcome-timeout`.
+    private func checkWelcomeDeadline(_ connection: Connection, now: ContinuousClock.Instant, timers: inout Bool) {
+        guard let deadline = connection.welcomeDeadline else { return }
+        timers = true
+        if connection.output.writtenTotal >= connection.welcomeEnd {
+            connection.welcomeDeadline = nil
+        } else if now >= deadline {
+            fail(connection, WireError(.slowConsumer, "the welcome (\(connection.output.privateBytes) bytes still unread) was not read within \(configuration.welcomeTimeout) (--welcome-timeout); read the socket, then attach again"))
+        }
     }
 
     /// A poll timeout (ms, -1 forever) no later than `deadline`.
@@ -238,7 +245,7 @@ final class HubLoop {
                     refuse(fd, WireError(.forbidden, "the hub cannot tell which user connected (no peer credentials); connection refused"))
                     continue
                 }
-                guard policy.admits(peer) else {
+                guard policy.admits(peer, groups: { PeerCredentials.groups(of: fd) }) else {
                     configuration.log("hubd: refused uid \(peer.uid) (\(Accounts.userName(peer.uid))) pid \(peer.pid): not admitted (admitted: \(policy.description))")
                     refuse(fd, WireError(.forbidden, "uid \(peer.uid) may not use this hub (it admits \(policy.description)); ask its operator to run it with --allow-uid \(peer.uid) or --socket-group"))
                     continue
@@ -327,6 +334,7 @@ final class HubLoop {
 
     /// Handles up to `framesPerPass` complete frames buffered for one connection.
     private func handleFrames(_ connection: Connection) {
+        guard !connection.ending else { return }
         guard sequencer.isJudging, connection.awaitingWelcome == nil else {
             // The sequencer is settling (proposals voided): frames wait in the buffer.
             connection.moreFrames = true
@@ -356,27 +364,35 @@ final class HubLoop {
             } catch {
                 switch error {
                 case .emptyFrame:
-                    fail(connection, WireError(.badFrame, "a frame's length must be at least 1; got 0"))
+                    end(connection, WireError(.badFrame, "a frame's length must be at least 1; got 0"))
                 case .tooLarge(let length, let limit):
-                    fail(connection, WireError(.frameTooLarge, "frame of \(length) bytes exceeds this hub's limit of \(limit) bytes (--max-frame-bytes); split the action or raise the limit"))
+                    end(connection, WireError(.frameTooLarge, "frame of \(length) bytes exceeds this hub's limit of \(limit) bytes (--max-frame-bytes); split the action or raise the limit"))
                 }
                 return
             }
             guard let decision else {
                 // No complete frame: this attempt is not progress.
                 budget += 1
-                if connection.inputEnded { finishAfterFlush(connection) }
+                if connection.inputEnded { end(connection, nil) }
                 return
             }
             carryOut(decision, for: connection)
         }
     }
 
+    /// Ends a connection's input: nothing more is read or handled, and it closes (after
+    /// `error`, when one is given) once every request before this point is answered.
+    private func end(_ connection: Connection, _ error: WireError?) {
+        connection.ending = true
+        connection.moreFrames = false
+        submit(connection, .end(error))
+    }
+
     /// Carries out what the protocol decided for one frame.
     private func carryOut(_ decision: HubDecision, for connection: Connection) {
         switch decision {
         case .fail(let error):
-            fail(connection, error)
+            end(connection, error)
         case .status:
             submit(connection, .status)
         case .sync(let id):
@@ -438,6 +454,8 @@ final class HubLoop {
                 return (.resumed(replica: replica, seq: resume.seq), sequencer.proposedSeq)
             }
             return (.full(replica: replica, snapshot: sequencer.speculativeSnapshot()), sequencer.proposedSeq)
+        case .end(let error):
+            return (.end(error), sequencer.proposedSeq)
         }
     }
 
@@ -464,6 +482,10 @@ final class HubLoop {
             attach(connection, replica: replica, resumedAt: seq, snapshot: nil)
         case .full(let replica, let snapshot):
             attach(connection, replica: replica, resumedAt: nil, snapshot: snapshot)
+        case .end(let error?):
+            fail(connection, error)
+        case .end(nil):
+            finishAfterFlush(connection)
         }
     }
 
@@ -597,7 +619,7 @@ final class HubLoop {
         configuration.log("hubd: closing \(connection.label): \(error.rawCode): \(ControlCharacters.escaped(error.message))")
         send(.error(error), to: connection)
         detach(connection)
-        connection.output.follows = false
+        connection.output.stopFollowing(at: backlog.end)
         connection.welcomeDeadline = nil
         // A slow consumer is given as long as a welcome to read the rest of its frame and the error.
         let grace = error.code == .slowConsumer ? max(configuration.welcomeTimeout, .seconds(2)) : .seconds(2)
@@ -692,6 +714,7 @@ final class HubLoop {
             configuration.log("hubd: \(connection.label) disconnected")
         }
         detach(connection)
+        connection.output.stopFollowing(at: backlog.end)
         connection.state = connection.state.closing(by: .now + .seconds(2))
     }
 

@@ -25,6 +25,9 @@ struct RequestPipeline {
         case sync(id: DispatchID?)
         /// The `welcome` of a `hello` (the connection is already attached as `replica`).
         case welcome(replica: Int, resume: ResumePoint?)
+        /// The connection's last request: it ended its input (`nil`), or sent a frame refused
+        /// with this error. Its earlier answers, and its own actions, go out first.
+        case end(WireError?)
     }
 
     /// The answer decided for a request, released once the applier reaches `after`.
@@ -39,6 +42,8 @@ struct RequestPipeline {
         case resumed(replica: Int, seq: UInt64)
         /// A full welcome with this snapshot.
         case full(replica: Int, snapshot: Sequencer.Snapshot)
+        /// Close the connection (after an `error`, when there is one).
+        case end(WireError?)
     }
 
     struct Entry {
