@@ -174,26 +174,41 @@ package final class JetStreamLog: HubLog {
                 "num_replicas": JSON(configuration.replicas), "retention": "limits", "discard": "old",
                 "max_msgs": -1, "max_bytes": -1, "max_age": 0, "duplicate_window": 120_000_000_000,
             ]
-            _ = try connection.jetStream("STREAM.CREATE." + name, config)
-            note("hubd: created the stream \(name) (\(configuration.replicas) replica\(configuration.replicas == 1 ? "" : "s")) on \(connection.server)")
+            do throws(NATSError) {
+                _ = try connection.jetStream("STREAM.CREATE." + name, config)
+                note("hubd: created the stream \(name) (\(configuration.replicas) replica\(configuration.replicas == 1 ? "" : "s")) on \(connection.server)")
+            } catch where error.kind == .api(code: 400, errCode: 10058) {
+                // Another hub created it meanwhile (with other settings): use theirs.
+                _ = try connection.jetStream("STREAM.INFO." + name, nil)
+            }
         }
     }
 
-    private func readOrWriteGenesis(_ connection: NATSConnection) throws(NATSError) -> JSON {
+    /// The stream's genesis record, written first when the stream has none.
+    ///
+    /// Hubs starting together may all try: the write expects an empty stream and carries one
+    /// message id, so exactly one genesis is stored (the others get a duplicate or a
+    /// wrong-last-sequence answer). Whatever the answer, the stored record is the truth, and
+    /// it must be the stream's first message (seq 0 of the hub's numbering).
+    private func readOrWriteGenesis(_ connection: NATSConnection) throws -> JSON {
         if let existing = try lastMessage(connection, stream: names.stream, subject: names.genesis) {
-            return (try? JSON(parsing: existing.data)) ?? .null
+            return try checkedGenesis(existing)
         }
         let genesis: JSON = ["app": .string(fingerprint), "format": 1,
                              "history": .string(Digest.hex(UInt64.random(in: 0...UInt64.max)))]
         let headers = NATSHeaders([("Nats-Msg-Id", "storesync-genesis"), ("Nats-Expected-Last-Sequence", "0")])
-        let ack = try connection.request(names.genesis, payload: genesis.canonicalBytes, headers: headers)
-        if let json = try? JSON(parsing: ack.payload), json["error"] != nil {
-            // Another hub wrote it first: read theirs.
-            if let theirs = try lastMessage(connection, stream: names.stream, subject: names.genesis) {
-                return (try? JSON(parsing: theirs.data)) ?? .null
-            }
+        _ = try connection.request(names.genesis, payload: genesis.canonicalBytes, headers: headers)
+        guard let stored = try lastMessage(connection, stream: names.stream, subject: names.genesis) else {
+            throw StorageError("the stream \(names.stream) is not empty but has no StoreSync genesis record; it was not created by a StoreSync hub — use another stream name", isDataProblem: true)
         }
-        return genesis
+        return try checkedGenesis(stored)
+    }
+
+    private func checkedGenesis(_ stored: Stored) throws(StorageError) -> JSON {
+        guard stored.seq == 1, let json = try? JSON(parsing: stored.data) else {
+            throw StorageError("the stream \(names.stream)'s genesis record is at stream sequence \(stored.seq), not 1, or unreadable; the stream was not created by a StoreSync hub — use another stream name", isDataProblem: true)
+        }
+        return json
     }
 
     /// The stored message, for `MSG.GET` answers.

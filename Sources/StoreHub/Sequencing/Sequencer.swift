@@ -137,6 +137,7 @@ final class Sequencer {
     /// - Returns: What the event loop must act on.
     func pump(now: ContinuousClock.Instant) -> PumpResult {
         var result = PumpResult()
+        var appliedForeign = false
         log.flush()
         events.removeAll(keepingCapacity: true)
         log.poll(into: &events)
@@ -161,6 +162,7 @@ final class Sequencer {
                     void(from: oldest.record.seq, into: &result)
                 }
                 applier.apply(foreign: record, now: now)
+                appliedForeign = true
             case .conflict(let from, let logLast):
                 catchUpTo = max(catchUpTo, logLast)
                 void(from: from, into: &result)
@@ -178,7 +180,10 @@ final class Sequencer {
         }
         proposer.compactIfDrained()
         if proposer.inFlightCount == 0 {
-            if settling {
+            // After another hub's record (which voids whatever was in flight), the next
+            // proposal starts from the applied state: proposals are never made at a seq the
+            // log already holds.
+            if settling || appliedForeign {
                 applier.materializeRoot()
                 proposer.restart(at: applier.seq)
                 settling = false

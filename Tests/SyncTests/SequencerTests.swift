@@ -1,0 +1,143 @@
+import BuiltinApps
+@testable import StoreHub
+import SyncCore
+import Testing
+
+/// A shared log the test drives by hand: it records what the hub proposes and reports the
+/// events the test pushes (another hub's records, conflicts, failures), as NATS would.
+private final class ScriptedLog: HubLog {
+    var proposals: [(records: [LogRecord], expectingLast: UInt64)] = []
+    var pending: [LogEvent] = []
+    let start: LogStart
+
+    init(start: LogStart = LogStart(history: "h-test")) { self.start = start }
+
+    func open() throws(StorageError) -> LogStart { start }
+    func propose(_ records: [LogRecord], expectingLast: UInt64) { proposals.append((records, expectingLast)) }
+    func flush() {}
+    func poll(into events: inout [LogEvent]) {
+        events.append(contentsOf: pending)
+        pending.removeAll()
+    }
+    var readiness: LogReadiness? { nil }
+    var nextDeadline: ContinuousClock.Instant? { nil }
+    func reserveReplicaIDs(from next: Int, count: Int) throws(StorageError) -> Range<Int> { next..<(next + count) }
+    func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {}
+    func probe() -> Bool { true }
+    var status: LogStatus { LogStatus(kind: "scripted", location: "test") }
+    var isShared: Bool { true }
+    var mayRefuse: Bool { true }
+    func close() {}
+}
+
+/// The sequencer over a log with other writers: proposals always follow the applied seq,
+/// another hub's record voids what it overtakes, and de-duplication covers every hub's records.
+@Suite("Sequencer over a shared log (scripted)")
+struct SequencerTests {
+    private func sequencer(_ log: ScriptedLog) throws -> Sequencer {
+        try Sequencer(engine: HubEngine(app: JSONApp()), log: log, snapshotEvery: 1_000, backlogActions: 100,
+                      backlogBytes: 1 << 20, checkpointEvery: 0, dedupWindow: 1_000, note: { _ in })
+    }
+
+    private func set(_ path: String, _ value: Int) -> JSON { ["type": "set", "path": .string(path), "value": JSON(value)] }
+
+    private func foreign(_ seq: UInt64, _ path: String, _ value: Int, session: String? = nil, id: Int = 1) -> LogRecord {
+        LogRecord(seq: seq, origin: 9_000, id: .number(id), session: session, action: set(path, value))
+    }
+
+    @Test("another hub's record while nothing is in flight: the next proposal follows it, on a state that includes it")
+    func proposalFollowsForeignRecord() throws {
+        let log = ScriptedLog()
+        let sequencer = try sequencer(log)
+        log.pending = [.appended(foreign(1, "/theirs", 1))]
+        _ = sequencer.pump(now: .now)
+        #expect(sequencer.appliedSeq == 1)
+        #expect(sequencer.proposedSeq == 1)
+        #expect(sequencer.isJudging)
+        // Appending to an array that exists only because of the foreign record proves the
+        // speculative state includes it.
+        #expect(sequencer.dispatch(set("/mine", 2), id: .number(1), origin: 1, session: nil) == .proposed(2))
+        #expect(log.proposals.last?.expectingLast == 1)
+        #expect(log.proposals.last?.records.map(\.seq) == [2])
+        #expect(sequencer.speculativeSnapshot().seq == 2)
+    }
+
+    @Test("another hub's record overtakes two proposals: both are voided, judged again after it, and re-proposed")
+    func overtakenProposalsAreVoided() throws {
+        let log = ScriptedLog()
+        let sequencer = try sequencer(log)
+        #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, session: nil) == .proposed(1))
+        #expect(sequencer.dispatch(set("/b", 2), id: .number(2), origin: 1, session: nil) == .proposed(2))
+        log.pending = [.appended(foreign(1, "/x", 3))]
+        let result = sequencer.pump(now: .now)
+        #expect(result.voidedFrom == 1)
+        #expect(sequencer.inFlightCount == 0)
+        #expect(sequencer.appliedSeq == 1)
+        #expect(sequencer.isJudging)
+        #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, session: nil) == .proposed(2))
+        #expect(log.proposals.last?.expectingLast == 1)
+        let state = sequencer.speculativeSnapshot()
+        #expect(state.seq == 2)
+        #expect(String(decoding: UnsafeRawBufferPointer(state.stateBytes.memory).prefix(state.stateBytes.count), as: UTF8.self) == #"{"a":1,"x":3}"#)
+    }
+
+    @Test("a conflict reported before the record that caused it: no judging until the applied seq reaches the log's end")
+    func conflictWaitsForCatchUp() throws {
+        let log = ScriptedLog()
+        let sequencer = try sequencer(log)
+        #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, session: nil) == .proposed(1))
+        log.pending = [.conflict(from: 1, logLast: 2)]
+        let voided = sequencer.pump(now: .now)
+        #expect(voided.voidedFrom == 1)
+        #expect(!sequencer.isJudging, "the records that won are not applied yet")
+        log.pending = [.appended(foreign(1, "/x", 1))]
+        _ = sequencer.pump(now: .now)
+        #expect(!sequencer.isJudging)
+        log.pending = [.appended(foreign(2, "/y", 2))]
+        _ = sequencer.pump(now: .now)
+        #expect(sequencer.isJudging)
+        #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, session: nil) == .proposed(3))
+        #expect(log.proposals.last?.expectingLast == 2)
+    }
+
+    @Test("exactly once across hubs: a dispatch another hub sequenced for this session is a duplicate here")
+    func duplicateAcrossHubs() throws {
+        let log = ScriptedLog()
+        let sequencer = try sequencer(log)
+        let session = sequencer.session(named: "client-7")
+        log.pending = [.appended(foreign(1, "/x", 1, session: "client-7", id: 42))]
+        _ = sequencer.pump(now: .now)
+        #expect(sequencer.dispatch(set("/x", 1), id: .number(42), origin: 3, session: session) == .duplicate(1))
+        #expect(log.proposals.isEmpty)
+        #expect(sequencer.dispatch(set("/x", 2), id: .number(43), origin: 3, session: session) == .proposed(2))
+    }
+
+    @Test("own proposals read back in order are applied; a record seq that skips ahead stops the hub")
+    func ownRecordsAndGaps() throws {
+        let log = ScriptedLog()
+        let sequencer = try sequencer(log)
+        #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, session: nil) == .proposed(1))
+        let own = try #require(log.proposals.last?.records.first)
+        log.pending = [.appended(own)]
+        #expect(sequencer.pump(now: .now).broken == nil)
+        #expect(sequencer.appliedSeq == 1)
+        log.pending = [.appended(foreign(3, "/gap", 1))]
+        #expect(sequencer.pump(now: .now).broken != nil)
+        #expect(sequencer.appliedSeq == 1)
+    }
+
+    @Test("the log failing closes the gate: dispatches are refused unavailable, nothing applied")
+    func failureRefuses() throws {
+        let log = ScriptedLog()
+        let sequencer = try sequencer(log)
+        #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, session: nil) == .proposed(1))
+        log.pending = [.inDoubt(from: 1, reason: "the link to NATS dropped")]
+        _ = sequencer.pump(now: .now)
+        guard case .refused(let error) = sequencer.dispatch(set("/b", 1), id: .number(2), origin: 1, session: nil) else {
+            Issue.record("a dispatch while the log is in doubt must be refused")
+            return
+        }
+        #expect(error.code == .unavailable)
+        #expect(sequencer.appliedSeq == 0)
+    }
+}
