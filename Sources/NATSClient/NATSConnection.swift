@@ -298,14 +298,20 @@ public final class NATSConnection {
             let left = deadline - ContinuousClock.now
             guard left > .zero else { throw NATSError(.timeout, "no answer from NATS at \(server) to \(subject) within \(timeoutMilliseconds) ms") }
             let wait = Int32(clamping: max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000))
+            // Every message of the batch but the reply is kept, also those read after it.
+            var answer: NATSMessage?
             for message in try read(timeoutMilliseconds: wait) {
-                if message.sid == requestSID, message.subject == reply {
-                    if message.headers?.status == 503 {
-                        throw NATSError(.noResponders, "no NATS server answers on \(subject) (is JetStream on, with a quorum?)")
-                    }
-                    return message
+                if answer == nil, message.sid == requestSID, message.subject == reply {
+                    answer = message
+                } else {
+                    held.append(message)
                 }
-                held.append(message)
+            }
+            if let answer {
+                if answer.headers?.status == 503 {
+                    throw NATSError(.noResponders, "no NATS server answers on \(subject) (is JetStream on, with a quorum?)")
+                }
+                return answer
             }
         }
     }

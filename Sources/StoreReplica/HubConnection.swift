@@ -8,6 +8,9 @@ import SyncPOSIX
 public final class HubConnection {
     /// The socket path.
     public let path: String
+    /// Every socket path this connection was asked to try (``path`` among them): hubs of one
+    /// shared log. A replica attached over it reconnects to them in turn.
+    public private(set) var candidates: [String]
     let fd: Int32
     var decoder = FrameDecoder(maxPayloadBytes: Int(UInt32.max))
     private var open = true
@@ -27,6 +30,7 @@ public final class HubConnection {
             throw .noHub(error.message)
         }
         self.path = path
+        candidates = [path]
     }
 
     /// Connects to the first hub of `paths` that answers (hubs on one shared log).
@@ -42,6 +46,7 @@ public final class HubConnection {
         for path in paths {
             do throws(ReplicaError) {
                 try self.init(path: path)
+                candidates = paths
                 return
             } catch {
                 if case .noHub(let message) = error { reasons.append(message) } else { reasons.append(error.description) }

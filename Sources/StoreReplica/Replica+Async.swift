@@ -10,7 +10,9 @@ extension Replica {
     ///
     /// - Parameters:
     ///   - app: The app; its name and fingerprint must match the hub's.
-    ///   - socketPath: The hub's socket; `nil` resolves the default (see ``SocketPath/resolve(explicit:)``).
+    ///   - socketPath: The hub's socket, or several separated by commas (hubs on one shared log:
+    ///     tried in order, and in turn when reconnecting); `nil` resolves the default (see
+    ///     ``SocketPath/resolveList(explicit:)``).
     ///   - name: A name for this replica in the hub's status and logs.
     ///   - middleware: Local middleware, outermost first.
     ///   - reconnect: How the connection comes back after a drop (default: automatically).

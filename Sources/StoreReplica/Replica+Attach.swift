@@ -7,9 +7,9 @@ extension Replica {
     ///
     /// - Parameters:
     ///   - app: The app; its name and fingerprint must match the hub's.
-    ///   - socketPath: The hub's socket; `nil` resolves the default (see ``SocketPath/resolve(explicit:)``).
-    ///     Several sockets separated by commas (`"/run/a.sock,/run/b.sock"`: hubs on one shared
-    ///     log) are tried in turn, now and whenever the current hub goes away.
+    ///   - socketPath: The hub's socket, or several separated by commas (hubs on one shared log:
+    ///     tried in order, and in turn when reconnecting); `nil` resolves the default (see
+    ///     ``SocketPath/resolveList(explicit:)``).
     ///   - name: A name for this replica in the hub's status and logs.
     ///   - middleware: Local middleware, outermost first; thunks need ``Middleware/thunk`` (the default).
     ///   - startReading: Start applying the hub's actions right away (the default). Pass
@@ -90,7 +90,7 @@ extension Replica {
         session: String? = nil,
         onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
     ) throws(ReplicaError) -> Replica {
-        try attach(app: app, over: connection, paths: [connection.path], name: name, middleware: middleware,
+        try attach(app: app, over: connection, paths: connection.candidates, name: name, middleware: middleware,
                    startReading: startReading, reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: 10_000,
                    onDispatchFailure: onDispatchFailure, frameHandler: specializedFrameHandler)
     }

@@ -100,9 +100,9 @@ public enum HubCommand {
                                      the hub also keeps local snapshots there for a fast restart.
               --nats-replicas N      With --log nats://: the stream's replicas when this hub creates it
                                      (default 1; 3 across hosts).
-              --retain-actions N     With --log nats://: keep at least N actions behind the newest shared
-                                     snapshot, and let the stream be trimmed before them (default: keep
-                                     every action).
+              --retain-actions N     With --log nats://: keep at least N actions (at least \(D.retainedActions))
+                                     behind the newest shared snapshot, and let the stream be trimmed
+                                     before them (default: keep every action).
               --fsync MODE           When journal records reach the disk (needs --data-dir):
                                      always  each action is fsynced on its own before it is broadcast
                                              or acknowledged: nothing acknowledged is ever lost, even
@@ -116,7 +116,8 @@ public enum HubCommand {
                                              lose the last seconds; recovery yields a consistent prefix.
               --snapshot-every N     Write a snapshot every N actions (default \(D.snapshotEvery); also at a clean
                                      shutdown); older journal segments are then deleted, keeping at
-                                     least the last \(D.retainedActions) actions. Needs --data-dir.
+                                     least the last \(D.retainedActions) actions. Needs --data-dir or
+                                     --log nats:// (whose snapshots are also shared with every hub).
               --dedup-window N       Per client session (hello "session"), remember at least the last
                                      N sequenced dispatch ids (default \(D.dedupWindow)), in memory, in snapshots
                                      and through the journal: a dispatch re-sent after a reconnect or
@@ -320,6 +321,13 @@ public enum HubCommand {
         if logURL == nil {
             if natsReplicas != nil { hubFail("--nats-replicas needs --log nats://…", status: 2) }
             if retainActions != nil { hubFail("--retain-actions needs --log nats://…", status: 2) }
+        } else if logURL?.hasPrefix("nats://") == true {
+            if fsyncMode != nil, dataDirectory == nil {
+                hubFail("--fsync is for a file journal; with --log nats:// the stream's durability is NATS's (use --nats-replicas 3; see docs/OPERATIONS.md, \"Across hosts\")", status: 2)
+            }
+            if let retainActions, retainActions < HubConfiguration.Defaults.retainedActions {
+                hubFail("--retain-actions must be at least \(HubConfiguration.Defaults.retainedActions) (the actions every hub's resume window holds), got \(retainActions)", status: 2)
+            }
         }
         if repair && checkData == nil { hubFail("--repair needs --check-data DIR", status: 2) }
         var sharedLog: SharedLogConfiguration?

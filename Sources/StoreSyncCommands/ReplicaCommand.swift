@@ -51,8 +51,11 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              attached replicas). With --json print the hub's status message.
 
     OPTIONS:
-      --socket PATH          The hub's socket. Default: $STORESYNC_SOCKET, else
+      --socket PATH[,PATH…]  The hub's socket. Default: $STORESYNC_SOCKET, else
                              $XDG_RUNTIME_DIR/storesync/hub.sock, else ${TMPDIR:-/tmp}/storesync-UID/hub.sock.
+                             Several paths (hubs on one shared log, hubd --log nats://…) are
+                             tried in order; after a drop, attach and watch move to the next
+                             one that answers and resume there (same history, same seqs).
       --app NAME             The app to run (\(apps.map { type(of: $0).name }.joined(separator: ", "))). Default: the hub's app,
                              taken from its status.
       --name NAME            This replica's name in the hub's status and logs.
@@ -186,9 +189,9 @@ public enum ReplicaCommand {
             }
             if command == "dispatch" { _ = options.arguments.map { wireAction(app, $0) } }
         }
-        let path = SocketPath.resolve(explicit: options.socket)
+        let paths = SocketPath.resolveList(explicit: options.socket)
         do throws(ReplicaError) {
-            let connection = try HubConnection(path: path)
+            let connection = try HubConnection(paths: paths)
             var appName = options.app
             if command == "status" || appName == nil {
                 let status = try connection.status()

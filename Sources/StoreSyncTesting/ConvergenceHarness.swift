@@ -27,7 +27,13 @@ import Synchronization
 ///
 /// After the run it asserts: every replica's digest equals the hub's; every replica saw each
 /// seq exactly once and in order (across reconnects); every dispatch of a replica that was not
-/// killed was sequenced exactly once. On failure the error names the seed (pass it as `seed:`
+/// killed was sequenced exactly once.
+///
+/// **Several hubs.** With `hubs` > 1 and a `sharedLog` (`nats://HOST:PORT/STREAM`), that many
+/// hubs share one order: replica `i` attaches to hub `i % hubs` and names the others as
+/// alternatives (`--socket A,B,C`); ``ConvergenceFaults/hubRestart`` then kills hub 0 with
+/// `SIGKILL` mid-run, its replicas move to another hub and resume there, and hub 0 is started
+/// again later and catches up. Every hub's digest must equal every replica's at the end. On failure the error names the seed (pass it as `seed:`
 /// to replay the same run) and, for a divergence, the first seq after which a replay of the
 /// sequenced actions differs. Every process is killed by PID and the temporary directory
 /// removed, also when the run fails.
@@ -71,8 +77,14 @@ public struct ConvergenceHarness<App: SyncApp>: Sendable {
     public let faults: Faults
     /// The seed of the run.
     public let seed: UInt64
-    /// Extra daemon arguments (the harness sets `--socket` and `--data-dir`).
+    /// Extra daemon arguments (the harness sets `--socket` and `--data-dir`, and `--log` with a
+    /// shared log).
     public let hubArguments: [String]
+    /// How many hubs run (more than one needs ``sharedLog``).
+    public let hubs: Int
+    /// The shared log every hub uses (`nats://HOST:PORT/STREAM`), or `nil` for one hub with a
+    /// data directory.
+    public let sharedLog: String?
 
     /// Creates a harness.
     ///
@@ -85,8 +97,10 @@ public struct ConvergenceHarness<App: SyncApp>: Sendable {
     ///   - faults: Faults to inject (default all).
     ///   - seed: The seed; `nil` picks one (printed on failure).
     ///   - hubArguments: Extra daemon arguments.
+    ///   - hubs: How many hubs (default 1; more need `sharedLog`).
+    ///   - sharedLog: The shared log (`nats://HOST:PORT/STREAM`) the hubs use, if any.
     public init(app: App, hub: URL, cli: URL, replicas: Int = 3, actionsPerReplica: Int = 40, faults: Faults = .all,
-                seed: UInt64? = nil, hubArguments: [String] = []) {
+                seed: UInt64? = nil, hubArguments: [String] = [], hubs: Int = 1, sharedLog: String? = nil) {
         self.app = app
         self.hub = hub
         self.cli = cli
@@ -95,6 +109,8 @@ public struct ConvergenceHarness<App: SyncApp>: Sendable {
         self.faults = faults
         self.seed = seed ?? UInt64.random(in: 0...UInt64.max)
         self.hubArguments = hubArguments
+        self.hubs = max(1, hubs)
+        self.sharedLog = sharedLog
     }
 
     /// Runs the processes, dispatches `generator`'s actions from every replica, injects the
@@ -105,6 +121,9 @@ public struct ConvergenceHarness<App: SyncApp>: Sendable {
     /// - Throws: ``Failure`` (with the seed) when anything does not converge or a process fails.
     @discardableResult
     public func run(_ generator: @escaping @Sendable (inout SeededGenerator, Int) -> App.Action) async throws -> Report {
+        if hubs > 1, sharedLog == nil {
+            throw Failure(seed: seed, message: "\(hubs) hubs need a shared log (sharedLog: \"nats://HOST:PORT/STREAM\"); one hub with a data directory needs hubs: 1")
+        }
         let directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("storesync-convergence-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -135,7 +154,8 @@ public struct ConvergenceFaults: OptionSet, Sendable {
     /// `SIGSTOP` one replica for a while, then `SIGCONT`: it falls behind and catches up.
     public static let slowConsumer = ConvergenceFaults(rawValue: 4)
     /// `SIGKILL` the hub midway and start it again on the same data directory: replicas
-    /// come back by themselves, nothing acknowledged is lost.
+    /// come back by themselves, nothing acknowledged is lost. With several hubs: hub 0 is
+    /// killed, its replicas move to another hub, and it is started again later.
     public static let hubRestart = ConvergenceFaults(rawValue: 8)
     /// Every fault.
     public static let all: ConvergenceFaults = [.killReplica, .lateJoiner, .slowConsumer, .hubRestart]
@@ -167,16 +187,28 @@ public struct SeededGenerator: RandomNumberGenerator, Sendable {
 private final class HarnessRun<App: SyncApp>: Sendable {
     let harness: ConvergenceHarness<App>
     let directory: URL
-    let socket: String
-    let data: String
+    /// Each hub's socket and data directory.
+    let sockets: [String]
+    let data: [String]
     /// Every process started, for the teardown (process ids: `Process` is not `Sendable`).
     private let pids = Mutex<[Int32]>([])
 
     init(harness: ConvergenceHarness<App>, directory: URL) {
         self.harness = harness
         self.directory = directory
-        socket = directory.appendingPathComponent("hub.sock").path
-        data = directory.appendingPathComponent("data").path
+        if harness.hubs == 1 {
+            sockets = [directory.appendingPathComponent("hub.sock").path]
+            data = [directory.appendingPathComponent("data").path]
+        } else {
+            sockets = (0..<harness.hubs).map { directory.appendingPathComponent("hub\($0).sock").path }
+            data = (0..<harness.hubs).map { directory.appendingPathComponent("data\($0)").path }
+        }
+    }
+
+    /// The `--socket` of replica `index`: its hub first, then the others in turn.
+    func replicaSockets(_ index: Int) -> String {
+        let first = index % sockets.count
+        return (0..<sockets.count).map { sockets[(first + $0) % sockets.count] }.joined(separator: ",")
     }
 
     func fail(_ message: String) -> ConvergenceHarness<App>.Failure {
@@ -196,25 +228,46 @@ private final class HarnessRun<App: SyncApp>: Sendable {
 
     private func track(_ process: Process) { pids.withLock { $0.append(process.processIdentifier) } }
 
-    func startHub() async throws -> Process {
+    func startHub(_ index: Int = 0) async throws -> Process {
         let process = Process()
         process.executableURL = harness.hub
-        process.arguments = ["--socket", socket, "--data-dir", data] + harness.hubArguments
+        var arguments = ["--socket", sockets[index], "--data-dir", data[index]]
+        if let log = harness.sharedLog { arguments += ["--log", log] }
+        process.arguments = arguments + harness.hubArguments
         process.standardError = FileHandle.nullDevice
         try process.run()
         track(process)
         let deadline = ContinuousClock.now + .seconds(30)
-        while (try? HubConnection.status(at: socket)) == nil {
+        while (try? HubConnection.status(at: sockets[index])) == nil {
             guard process.isRunning, ContinuousClock.now < deadline else {
-                throw fail("the hub \(harness.hub.lastPathComponent) did not start on \(socket)")
+                throw fail("the hub \(harness.hub.lastPathComponent) did not start on \(sockets[index])")
             }
             try await Task.sleep(for: .milliseconds(10))
         }
         return process
     }
 
+    /// Every hub's status once all have applied the same seq (the newest any has), or a failure.
+    func settledStatuses() async throws -> HubStatus {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while true {
+            let statuses = sockets.compactMap { try? HubConnection.status(at: $0) }
+            if statuses.count == sockets.count, let first = statuses.first,
+               statuses.allSatisfy({ $0.seq == first.seq }) {
+                guard statuses.allSatisfy({ $0.digest == first.digest }) else {
+                    throw fail("the hubs applied seq \(first.seq) each but their digests differ: \(statuses.map(\.digest))")
+                }
+                return first
+            }
+            guard ContinuousClock.now < deadline else {
+                throw fail("the hubs did not settle on one seq within 60 s: \(statuses.map(\.seq))")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
     func startReplica(_ index: Int) throws -> ReplicaProcess {
-        let replica = try ReplicaProcess(cli: harness.cli, socket: socket, name: "harness-\(index)")
+        let replica = try ReplicaProcess(cli: harness.cli, socket: replicaSockets(index), name: "harness-\(index)")
         track(replica.process)
         return replica
     }
@@ -223,7 +276,8 @@ private final class HarnessRun<App: SyncApp>: Sendable {
         -> ConvergenceHarness<App>.Report {
         let app = harness.app
         var random = SeededGenerator(seed: harness.seed)
-        var hub = try await startHub()
+        var hubs: [Process] = []
+        for index in sockets.indices { hubs.append(try await startHub(index)) }
         var replicas = try (0..<harness.replicas).map { try startReplica($0) }
         for replica in replicas { try await replica.waitAttached(fail) }
         let faults = harness.faults
@@ -245,12 +299,18 @@ private final class HarnessRun<App: SyncApp>: Sendable {
         }
         if faults.contains(.slowConsumer) { kill(replicas[0].process.processIdentifier, SIGSTOP) }
         if faults.contains(.hubRestart) {
-            kill(hub.processIdentifier, SIGKILL)
-            hub.waitUntilExit()
-            hub = try await startHub()
+            kill(hubs[0].processIdentifier, SIGKILL)
+            hubs[0].waitUntilExit()
+            // One hub: start it again at once. Several: its replicas move to another hub
+            // while the second half flows, and it comes back later.
+            if sockets.count == 1 { hubs[0] = try await startHub(0) }
         }
         for (index, replica) in replicas.enumerated() where index != killed {
             replica.send(lines[index][half...])
+        }
+        if faults.contains(.hubRestart), sockets.count > 1 {
+            try await Task.sleep(for: .milliseconds(Int(random.next() % 300) + 200))
+            hubs[0] = try await startHub(0)
         }
         if faults.contains(.slowConsumer) {
             try await Task.sleep(for: .milliseconds(Int(random.next() % 300) + 100))
@@ -266,7 +326,7 @@ private final class HarnessRun<App: SyncApp>: Sendable {
         try await waitForLines(survivors.filter { $0 < harness.replicas }.map { replicas[$0] }, sent: count)
         // Settle: every survivor asks for its digest after everything sequenced so far.
         for index in survivors { replicas[index].send([":digest"]) }
-        let status = try HubConnection.status(at: socket)
+        let status = try await settledStatuses()
         for index in survivors {
             let replica = replicas[index]
             let digest = try await replica.waitDigest(fail)
@@ -294,7 +354,7 @@ private final class HarnessRun<App: SyncApp>: Sendable {
                 }
             }
         }
-        withExtendedLifetime(hub) {}
+        withExtendedLifetime(hubs) {}
         return .init(seed: harness.seed, seq: status.seq, digest: status.digest)
     }
 

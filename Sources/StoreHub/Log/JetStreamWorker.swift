@@ -29,6 +29,8 @@ extension JetStreamLog {
         /// The hub seq of the newest record read back from the stream.
         var readSeq: UInt64 = 0
         var sharedSnapshotSeq: UInt64 = 0
+        /// The hub seq of the oldest action the stream still holds (0: none yet).
+        var firstSeq: UInt64 = 0
         var inDoubt = false
     }
 
@@ -132,7 +134,8 @@ extension JetStreamLog {
             return ["kind": "nats", "servers": .array(configuration.servers.map { .string($0) }),
                     "stream": .string(names.stream), "server": .string(facts.server),
                     "connected": .bool(facts.connected), "last_seq": JSON(facts.streamLast),
-                    "read_seq": JSON(facts.readSeq), "in_doubt": .bool(facts.inDoubt)]
+                    "first_seq": JSON(facts.firstSeq), "read_seq": JSON(facts.readSeq),
+                    "shared_snapshot_seq": JSON(facts.sharedSnapshotSeq), "in_doubt": .bool(facts.inDoubt)]
         }
 
         /// Reserves replica ids (the worker does the compare-and-set; this thread waits).
@@ -266,6 +269,7 @@ extension JetStreamLog {
                 let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
                 facts.streamLast = last
                 catchUpTarget = last >= next ? last : nil
+                refreshFirstSeq()
                 try connection.flush()
             } catch {
                 lost(error.message)
@@ -506,6 +510,7 @@ extension JetStreamLog {
                 return
             }
             next += 1
+            if facts.firstSeq == 0 { facts.firstSeq = record.seq }
             if let first = pending.first, first.record.seq == record.seq {
                 if first.record.origin == record.origin, first.record.id == record.id {
                     pending.removeFirst()
@@ -564,6 +569,15 @@ extension JetStreamLog {
             lastProposal = nil
             worker.post([event])
             updateAvailability()
+        }
+
+        /// Reads which action is the oldest the stream holds (for `status`).
+        private func refreshFirstSeq() {
+            guard let connection,
+                  let answer = try? connection.jetStream("STREAM.MSG.GET." + names.stream,
+                                                         ["seq": 1, "next_by_subj": .string(names.actions)]),
+                  let seq = answer["message"]?["seq"]?.intValue, seq >= 2 else { return }
+            facts.firstSeq = UInt64(seq - 1)
         }
 
         // MARK: Leases and snapshots
@@ -629,6 +643,7 @@ extension JetStreamLog {
                     // Actions before the retained window, all covered by this shared snapshot.
                     let keepFrom = snapshot.seq - retain + 1
                     _ = try? connection.jetStream("STREAM.PURGE." + names.stream, ["filter": .string(names.actions), "seq": JSON(keepFrom + 1)])
+                    refreshFirstSeq()
                 }
                 publishFacts()
             } catch {

@@ -137,6 +137,22 @@ final class RawClient {
         }
     }
 
+    /// The next message if one arrives within `timeoutMilliseconds` (not scaled), else `nil`.
+    ///
+    /// - Throws: ``HarnessError`` at end of file.
+    func poll(timeoutMilliseconds: Int32) throws -> JSON? {
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            if let frame = try decoder.nextFrame() { return try JSON(parsing: frame) }
+            guard UnixSocket.waitUntil(fd, timeoutMilliseconds: timeoutMilliseconds) else { return nil }
+            switch buffer.withUnsafeMutableBytes({ UnixSocket.read(fd, into: $0) }) {
+            case .bytes(let n): buffer.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            case .wouldBlock: continue
+            case .endOfFile, .failed: throw HarnessError("the hub closed the connection")
+            }
+        }
+    }
+
     func receive() throws -> JSON {
         guard let message = try receiveOrEOF() else { throw HarnessError("the hub closed the connection") }
         return message
