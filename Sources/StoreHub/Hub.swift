@@ -102,7 +102,7 @@ public final class Hub<App: SyncApp>: Sendable {
         let log: any HubLog
         if let shared = configuration.sharedLog {
             log = JetStreamLog(configuration: shared, fingerprint: engine.fingerprint, dataDirectory: configuration.dataDirectory,
-                               note: note)
+                               stopDescriptor: configuration.stopDescriptor, note: note)
         } else if let directory = configuration.dataDirectory {
             log = FileLog(directory: directory, fingerprint: engine.fingerprint, mode: configuration.fsync,
                           retainedActions: UInt64(max(0, configuration.retainedActions)))

@@ -108,6 +108,10 @@ public struct HubConfiguration: Sendable {
     /// A listening socket passed by a service manager (socket activation), served instead of
     /// binding ``socketPath``.
     public var listeningDescriptor: Int32?
+    /// A descriptor that becomes readable when the hub should stop before it serves (the
+    /// signal pipe `hubd` passes to ``Hub/run(stopOn:)``): a hub still waiting for its shared
+    /// log at start gives up at once instead of after its patience.
+    public var stopDescriptor: Int32?
     /// Tells systemd (when `NOTIFY_SOCKET` is set) `READY=1` once serving, `STOPPING=1` at
     /// shutdown, and `WATCHDOG=1` while the loop runs (when `WATCHDOG_USEC` is set).
     public var notifySystemd = true

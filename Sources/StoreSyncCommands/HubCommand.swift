@@ -455,10 +455,15 @@ fileprivate func serve<App: SyncApp>(_ app: App, configuration: HubConfiguration
         }
         configuration.listeningDescriptor = fd
     }
+    configuration.stopDescriptor = signals
     let hub: Hub<App>
     do throws(HubError) {
         hub = try Hub(app: app, configuration: configuration)
     } catch {
+        // SIGTERM while starting (waiting for a shared log): a clean stop, nothing served.
+        if UnixSocket.waitUntil(signals, timeoutMilliseconds: 0) {
+            stop("stopped before serving (\(error.message))", status: 0)
+        }
         stop(error.message, status: error.kind == .dataUnusable ? 4 : 1)
     }
     do throws(HubError) {

@@ -22,8 +22,12 @@ private final class ScriptedLog: HubLog {
     var readiness: LogReadiness? { nil }
     var nextDeadline: ContinuousClock.Instant? { nil }
     func reserveReplicaIDs(from next: Int, count: Int) throws(StorageError) -> Range<Int> { next..<(next + count) }
+    func requestReplicaIDs(from next: Int, count: Int) { leaseRequests.append(next..<(next + count)) }
+    var leaseRequests: [Range<Int>] = []
     func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {}
-    func probe() -> Bool { true }
+    /// What the log says when asked whether it works again.
+    var available = true
+    func probe() -> Bool { available }
     var status: LogStatus { LogStatus(kind: "scripted", location: "test") }
     var isShared: Bool { true }
     var mayRefuse: Bool { true }
@@ -131,6 +135,7 @@ struct SequencerTests {
         let log = ScriptedLog()
         let sequencer = try sequencer(log)
         #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, session: nil) == .proposed(1))
+        log.available = false
         log.pending = [.inDoubt(from: 1, reason: "the link to NATS dropped")]
         _ = sequencer.pump(now: .now)
         guard case .refused(let error) = sequencer.dispatch(set("/b", 1), id: .number(2), origin: 1, session: nil) else {
@@ -139,5 +144,32 @@ struct SequencerTests {
         }
         #expect(error.code == .unavailable)
         #expect(sequencer.appliedSeq == 0)
+        // Back: the in-doubt proposal is read back, and the gate opens in the same pass.
+        log.available = true
+        let own = try #require(log.proposals.first?.records.first)
+        log.pending = [.appended(own)]
+        #expect(sequencer.pump(now: .now).becameAvailable)
+        #expect(sequencer.appliedSeq == 1)
+        #expect(sequencer.dispatch(set("/b", 1), id: .number(2), origin: 1, session: nil) == .proposed(2))
+    }
+
+    @Test("replica ids: the first block is reserved at start, the next one asked for ahead; none held means nil, never a guess")
+    func replicaIDsAhead() throws {
+        let log = ScriptedLog()
+        let sequencer = try sequencer(log)
+        var taken: [Int] = []
+        for _ in 0..<Sequencer.replicaBlock / 2 { taken.append(try #require(sequencer.takeReplicaID())) }
+        #expect(taken.first == 1)
+        #expect(log.leaseRequests.isEmpty, "more than half of the block is left")
+        taken.append(try #require(sequencer.takeReplicaID()))
+        #expect(log.leaseRequests.count == 1)
+        while sequencer.takeReplicaID() != nil {}
+        // The block ran out and the log has not answered: no id.
+        #expect(sequencer.takeReplicaID() == nil)
+        let block = try #require(log.leaseRequests.first)
+        log.pending = [.replicaIDs(.success(block))]
+        _ = sequencer.pump(now: .now)
+        #expect(sequencer.takeReplicaID() == block.lowerBound)
+        #expect(block.lowerBound > Sequencer.replicaBlock)
     }
 }

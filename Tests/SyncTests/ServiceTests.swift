@@ -136,6 +136,21 @@ extension MultiProcessTests {
             #expect(status == 0, "\((check.lines + check.errorLines).joined(separator: "\n"))")
         }
 
+        @Test("a hub waiting at start for a shared log nobody serves says so, and stops at once on SIGTERM (exit 0)")
+        func stopWhileWaitingForSharedLog() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let port = try freeTCPPort()
+            let hub = try fixture.spawn("hubd", ["--socket", fixture.socket, "--app", "json", "--log", "nats://127.0.0.1:\(port)/S"])
+            try await waitUntil("the waiting line; \(hub.errorLines)") { hub.errorLines.contains { $0.contains("waiting for the shared log") } }
+            #expect(!FileSystem.exists(fixture.socket), "nothing is served before the log answers")
+            let asked = ContinuousClock.now
+            hub.signal(SIGTERM)
+            #expect(try await hub.waitForExit() == 0)
+            #expect(ContinuousClock.now - asked < .seconds(5))
+            #expect(hub.errorLines.contains { $0.contains("stopped before serving") }, "\(hub.errorLines)")
+        }
+
         @Test("a stderr nobody reads never stops the hub: lines are dropped and counted, then the count is logged")
         func logsNeverBlock() async throws {
             let fixture = try Fixture()

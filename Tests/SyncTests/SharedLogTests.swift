@@ -167,7 +167,7 @@ extension MultiProcessTests {
             #expect(after["seq"] == 21)
             let statuses = try await hubs.settled([0, 1], at: 21)
             #expect(Set(statuses.map(\.digest)).count == 1)
-            #expect(statuses.allSatisfy { $0.seq == 21 })
+            #expect(statuses.allSatisfy { $0.seq == 21 }, "\(statuses.map(\.seq))")
         }
 
         @Test("nats-server killed and restarted mid-load: dispatches in the gap get unavailable, none is lost or applied twice, the hub catches up and everything converges")

@@ -314,6 +314,14 @@ package final class FileLog: HubLog {
         return next..<below
     }
 
+    package func requestReplicaIDs(from next: Int, count: Int) {
+        do throws(StorageError) {
+            events.append(.replicaIDs(.success(try reserveReplicaIDs(from: next, count: count))))
+        } catch {
+            events.append(.replicaIDs(.failure(error)))
+        }
+    }
+
     // MARK: - Snapshots and compaction
 
     package func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {

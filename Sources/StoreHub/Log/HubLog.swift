@@ -64,6 +64,15 @@ package protocol HubLog: AnyObject {
     /// - Throws: ``StorageError`` when the reservation cannot be made durable.
     func reserveReplicaIDs(from next: Int, count: Int) throws(StorageError) -> Range<Int>
 
+    /// Asks for `count` more replica ids at or above `next` without waiting: the answer comes
+    /// from ``poll(into:)`` as ``LogEvent/replicaIDs(_:)`` (a shared log asks the other hubs'
+    /// log; the hub keeps handing out the ids it holds meanwhile).
+    ///
+    /// - Parameters:
+    ///   - next: The lowest id the hub would hand out after those it holds.
+    ///   - count: How many to reserve.
+    func requestReplicaIDs(from next: Int, count: Int)
+
     /// Stores a snapshot of the state at its seq, and drops what it makes unnecessary.
     ///
     /// - Throws: ``StorageError``; the log is then unchanged.
@@ -120,6 +129,8 @@ package enum LogEvent: Equatable {
     /// The log cannot go on without risking what it holds (a failed write could not be
     /// undone): the hub must stop serving; a restart recovers what is durable.
     case broken(StorageError)
+    /// The answer to ``HubLog/requestReplicaIDs(from:count:)``.
+    case replicaIDs(Result<Range<Int>, StorageError>)
 }
 
 /// What a log starts from.
@@ -228,6 +239,8 @@ public struct StorageError: Error, Sendable, Equatable, CustomStringConvertible 
     /// Whether the stored data itself cannot be used as it is (corrupt, a gap, another app's),
     /// so that starting again cannot help; otherwise the failure may pass (a full disk, a lock).
     public let isDataProblem: Bool
+    /// Whether trying again soon may succeed (a log server not reachable or not ready yet).
+    package var isTransient = false
     /// Creates an error.
     ///
     /// - Parameters:
@@ -269,6 +282,7 @@ package final class MemoryLog: HubLog {
     package var readiness: LogReadiness? { nil }
     package var nextDeadline: ContinuousClock.Instant? { nil }
     package func reserveReplicaIDs(from next: Int, count: Int) throws(StorageError) -> Range<Int> { next..<(next + count) }
+    package func requestReplicaIDs(from next: Int, count: Int) { events.append(.replicaIDs(.success(next..<(next + count)))) }
     package func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {}
     package func probe() -> Bool { true }
     package var status: LogStatus { LogStatus(kind: "memory", location: "memory") }
@@ -290,6 +304,7 @@ package final class ReplayLog: HubLog {
     package var readiness: LogReadiness? { nil }
     package var nextDeadline: ContinuousClock.Instant? { nil }
     package func reserveReplicaIDs(from next: Int, count: Int) throws(StorageError) -> Range<Int> { next..<(next + count) }
+    package func requestReplicaIDs(from next: Int, count: Int) {}
     package func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {}
     package func probe() -> Bool { false }
     package var status: LogStatus { LogStatus(kind: "replay", location: "replay") }

@@ -41,6 +41,8 @@ import Synchronization
 /// A worker thread owns the NATS connection; the hub's thread hands it proposals and
 /// snapshots through a queue and reads events back, woken by a pipe it polls (``readiness``).
 package final class JetStreamLog: HubLog {
+    /// Readable when the hub should stop (opening then gives up waiting).
+    private let stopDescriptor: Int32?
     private let configuration: SharedLogConfiguration
     private let fingerprint: String
     private let dataDirectory: String?
@@ -78,9 +80,11 @@ package final class JetStreamLog: HubLog {
     ///   - configuration: The servers, the stream, credentials, replicas, retention.
     ///   - fingerprint: The app's fingerprint: a stream started by another app is refused.
     ///   - dataDirectory: Where to keep local snapshots for a fast restart, if anywhere.
+    ///   - stopDescriptor: Readable when the hub should stop: opening gives up waiting.
     ///   - note: The log sink.
     package init(configuration: SharedLogConfiguration, fingerprint: String, dataDirectory: String?,
-                 note: @escaping @Sendable (String) -> Void) {
+                 stopDescriptor: Int32? = nil, note: @escaping @Sendable (String) -> Void) {
+        self.stopDescriptor = stopDescriptor
         self.configuration = configuration
         self.fingerprint = fingerprint
         self.dataDirectory = dataDirectory
@@ -93,12 +97,54 @@ package final class JetStreamLog: HubLog {
 
     // MARK: - Opening
 
+    /// How long opening waits for NATS (not reachable yet, a cluster still electing leaders)
+    /// before the hub gives up.
+    static let openPatience: Duration = .seconds(60)
+
+    /// Opens the stream, waiting up to ``openPatience`` while NATS is unreachable or not ready
+    /// (a cluster that is starting); credentials, a stream of another app, or damage fail at once.
     package func open() throws(StorageError) -> LogStart {
+        let deadline = ContinuousClock.now + Self.openPatience
+        var delay: Duration = .milliseconds(200)
+        var waiting = false
+        while true {
+            do throws(StorageError) {
+                let start = try openOnce()
+                if waiting { note("hubd: the shared log \(configuration.redacted) answers") }
+                return start
+            } catch where error.isTransient && ContinuousClock.now + delay < deadline {
+                if !waiting {
+                    note("hubd: waiting for the shared log (up to \(Self.openPatience)): \(error.message)")
+                    waiting = true
+                }
+                let milliseconds = Int32(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
+                if let stopDescriptor, UnixSocket.waitUntil(stopDescriptor, timeoutMilliseconds: milliseconds) {
+                    throw StorageError("stopped while waiting for the shared log \(configuration.redacted)")
+                } else if stopDescriptor == nil {
+                    Thread.sleep(forTimeInterval: Double(milliseconds) / 1000)
+                }
+                delay = min(delay * 2, .seconds(2))
+            }
+        }
+    }
+
+    /// Whether a NATS failure may pass by itself (a server not up yet, a cluster electing).
+    private static func isTransient(_ error: NATSError) -> Bool {
+        switch error.kind {
+        case .unreachable, .timeout, .noResponders: true
+        case .api(let code, let errCode): code == 503 || code == 408 || errCode == 10008 || errCode == 10074
+        case .authorization, .protocolError: false
+        }
+    }
+
+    private func openOnce() throws(StorageError) -> LogStart {
         let connection: NATSConnection
         do throws(NATSError) {
             connection = try worker.connect()
         } catch {
-            throw StorageError("cannot open the shared log \(configuration.redacted): \(error.message); check that nats-server runs with JetStream (-js) and that the address and credentials are right")
+            var failure = StorageError("cannot open the shared log \(configuration.redacted): \(error.message); check that nats-server runs with JetStream (-js) and that the address and credentials are right")
+            failure.isTransient = Self.isTransient(error)
+            throw failure
         }
         do throws(StorageError) {
             let (history, start) = try prepare(connection)
@@ -159,7 +205,9 @@ package final class JetStreamLog: HubLog {
         } catch let error as StorageError {
             throw error
         } catch let error as NATSError {
-            throw StorageError("the shared log \(configuration.redacted) cannot be read: \(error.message)")
+            var failure = StorageError("the shared log \(configuration.redacted) cannot be read: \(error.message)")
+            failure.isTransient = Self.isTransient(error)
+            throw failure
         } catch {
             throw StorageError("the shared log \(configuration.redacted) cannot be read: \(error)")
         }
@@ -259,10 +307,11 @@ package final class JetStreamLog: HubLog {
         while records.count < Int(through - from + 1) {
             let messages = try connection.read(timeoutMilliseconds: 200)
             if messages.isEmpty, ContinuousClock.now - idle > .seconds(10) {
-                throw StorageError("the stream \(names.stream) stopped delivering at seq \(from + UInt64(records.count)) of \(through)")
+                var stalled = StorageError("the stream \(names.stream) stopped delivering at seq \(from + UInt64(records.count)) of \(through)")
+                stalled.isTransient = true
+                throw stalled
             }
             for message in messages where message.sid == sid {
-                idle = .now
                 if let headers = message.headers, headers.status == 100 {
                     if let reply = message.reply { connection.publish(reply, payload: []) }
                     if let stalled = headers["Nats-Consumer-Stalled"] { connection.publish(stalled, payload: []) }
@@ -273,6 +322,8 @@ package final class JetStreamLog: HubLog {
                     throw StorageError("the stream \(names.stream) delivered seq \(record.seq) where seq \(from + UInt64(records.count)) was expected; actions are missing from the stream", isDataProblem: true)
                 }
                 records.append(record)
+                // Progress is a record, not a heartbeat: a consumer that only beats is stuck.
+                idle = .now
             }
             try connection.flush()
         }
@@ -341,6 +392,10 @@ package final class JetStreamLog: HubLog {
 
     package func reserveReplicaIDs(from next: Int, count: Int) throws(StorageError) -> Range<Int> {
         try worker.reserve(from: next, count: count)
+    }
+
+    package func requestReplicaIDs(from next: Int, count: Int) {
+        worker.enqueue(.lease(from: next, count: count, answer: .event))
     }
 
     package func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {

@@ -17,7 +17,13 @@ extension JetStreamLog {
     enum Command {
         case propose([LogRecord], expectingLast: UInt64)
         case snapshot(StoredSnapshot)
-        case lease(from: Int, count: Int)
+        case lease(from: Int, count: Int, answer: LeaseAnswer)
+    }
+
+    /// Where a lease's result goes: to the thread waiting in ``Worker/reserve(from:count:)``,
+    /// or to the hub's events.
+    enum LeaseAnswer {
+        case waiter, event
     }
 
     /// Facts the worker publishes for `status`.
@@ -141,7 +147,7 @@ extension JetStreamLog {
         /// Reserves replica ids (the worker does the compare-and-set; this thread waits).
         func reserve(from next: Int, count: Int) throws(StorageError) -> Range<Int> {
             shared.withLock { $0.lease = nil }
-            enqueue(.lease(from: next, count: count))
+            enqueue(.lease(from: next, count: count, answer: .waiter))
             _ = leaseDone.wait(timeout: .now() + .seconds(5))
             let result = shared.withLock { shared -> Result<Range<Int>, StorageError>? in
                 defer { shared.lease = nil }
@@ -216,6 +222,9 @@ extension JetStreamLog {
             var ackSubject = ""
             var sentAt = ContinuousClock.now
             var acknowledged = false
+            /// How many times it was sent: once re-sent, a refusal no longer proves that an
+            /// earlier copy was not stored.
+            var attempts = 0
         }
 
         let configuration: SharedLogConfiguration
@@ -416,6 +425,11 @@ extension JetStreamLog {
         private func handle(_ command: Command) {
             switch command {
             case .propose(let records, let expectingLast):
+                // Proposed before the hub read records this worker has already delivered (the
+                // first one's seq is taken): the hub voids them when it reads those records.
+                // Sent, they could only be refused, and a refusal that reached the hub after it
+                // had moved on would void its newer proposals; so they are dropped here.
+                if let first = records.first, first.seq < next { break }
                 var expected = expectingLast
                 for record in records {
                     // Pipelined on the proposal sent right before it: that one must be the last
@@ -431,8 +445,10 @@ extension JetStreamLog {
                 }
             case .snapshot(let snapshot):
                 publishSnapshot(snapshot)
-            case .lease(let from, let count):
+            case .lease(let from, let count, .waiter):
                 worker.finishLease(lease(from: from, count: count))
+            case .lease(let from, let count, .event):
+                worker.post([.replicaIDs(lease(from: from, count: count))])
             }
         }
 
@@ -460,6 +476,7 @@ extension JetStreamLog {
             ackCounter += 1
             item.ackSubject = connection.inboxPrefix + ".a." + String(ackCounter)
             item.sentAt = .now
+            item.attempts += 1
             var headers = NATSHeaders([("Nats-Msg-Id", item.msgID), ("Nats-Expected-Last-Sequence", String(item.expectedLast + 1))])
             if let expectedID = item.expectedID { headers.fields.append(("Nats-Expected-Last-Msg-Id", expectedID)) }
             connection.publish(names.actions, reply: item.ackSubject, headers: headers, payload: item.payload)
@@ -530,6 +547,10 @@ extension JetStreamLog {
             guard let index = pending.firstIndex(where: { $0.ackSubject == message.subject }) else { return }
             let item = pending[index]
             if message.headers?.status == 503 {
+                // No server took this copy. If it is the only one, nothing was stored; a copy
+                // sent before may have been, so a re-sent proposal stays in doubt (re-sent
+                // again until the stream answers for it).
+                guard item.attempts == 1 else { return }
                 void(from: index, .failed(from: item.record.seq, StorageError("no NATS server stored it: the stream \(names.stream) has no leader (no quorum?)")))
                 return
             }

@@ -72,6 +72,9 @@ final class Connection {
     /// refuses. The end waits in the pipeline behind the connection's earlier requests, so
     /// every answer (and every action it dispatched) is sent before the `error` or the close.
     var ending = false
+    /// Its requests in the hub's pipeline, not yet answered (an answer that could go at once
+    /// waits behind them, so the connection's answers keep their order).
+    var held = 0
     /// What is owed to it.
     var output = ConnectionOutput()
     /// Its session's entry in the session table, once attached with a session.

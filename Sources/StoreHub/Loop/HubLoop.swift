@@ -209,7 +209,7 @@ final class HubLoop {
             let before = sequencer.inFlightCount
             if sequencer.isJudging, pipeline.hasUnjudged {
                 pipeline.judgeWaiting(skip: { [connections] connection in connections[connection.fd] !== connection || connection.state.isClosing },
-                                      judge: judge)
+                                      judge: judge, deliverNow: deliverNow)
             }
             release()
             // Proposals made while judging again are committed in this same pass.
@@ -402,7 +402,10 @@ final class HubLoop {
         case .reject(let id, let error):
             submit(connection, .refused(id: id, error))
         case .hello(let hello):
-            let replica = sequencer.takeReplicaID()
+            guard let replica = sequencer.takeReplicaID() else {
+                end(connection, WireError(.unavailable, "this hub cannot reserve a replica id now (its log is unreachable); try again shortly"))
+                return
+            }
             if let session = hello.session {
                 // One connection per session: a replica that reconnected before its old
                 // connection was noticed as gone takes the session over.
@@ -426,36 +429,75 @@ final class HubLoop {
     }
 
     private func submit(_ connection: Connection, _ request: RequestPipeline.Request) {
-        pipeline.submit(connection, request, judging: sequencer.isJudging, judge: judge)
+        if let answer = outageAnswer(connection, request), connection.held == 0 || answer.overtakes {
+            deliverNow(connection, answer)
+            return
+        }
+        pipeline.submit(connection, request, judging: sequencer.isJudging, judge: judge, deliverNow: deliverNow)
+    }
+
+    /// While the log cannot take anything, the answers that need neither the log nor the
+    /// speculative state — a new dispatch refused `unavailable`, `status` and `welcome` from
+    /// the applied state — go out at once, even while the sequencer waits for proposals in
+    /// doubt (it judges nothing then). `nil` when the request must take its turn.
+    private func outageAnswer(_ connection: Connection, _ request: RequestPipeline.Request) -> RequestPipeline.Judgment? {
+        guard let reason = sequencer.unavailableReason else { return nil }
+        switch request {
+        case .dispatch(let id, _):
+            // A dispatch the session already has is answered `duplicate` in its turn.
+            guard case .attached = connection.state, sequencer.sequencedSeq(of: id, session: connection.session) == nil else { return nil }
+            return .reject(id, WireError(.unavailable, reason))
+        case .status:
+            return .status(sequencer.appliedSnapshot())
+        case .welcome(let replica, let resume):
+            if let resume, sequencer.canResume(after: resume.seq) { return .resumed(replica: replica, seq: resume.seq) }
+            return .full(replica: replica, snapshot: sequencer.appliedSnapshot())
+        case .refused, .sync, .end:
+            return nil
+        }
+    }
+
+    /// Delivers an answer that is not held: after what the connection has been sent so far.
+    private func deliverNow(_ connection: Connection, _ judgment: RequestPipeline.Judgment) {
+        deliver(judgment, to: connection, after: sequencer.appliedSeq)
     }
 
     /// Judges one request against the speculative state: the answer and the seq it follows.
-    private func judge(_ connection: Connection, _ request: RequestPipeline.Request) -> (RequestPipeline.Judgment, UInt64) {
+    ///
+    /// While the log cannot take anything (``Sequencer/unavailableReason``), a refusal,
+    /// `status` and `welcome` may go at once (`immediate`), answered from the applied state,
+    /// since a proposal in flight may stay in doubt until the log is back.
+    private func judge(_ connection: Connection, _ request: RequestPipeline.Request) -> RequestPipeline.Judged {
+        let outage = sequencer.unavailableReason != nil
+        let proposed = sequencer.proposedSeq, applied = sequencer.appliedSeq
         switch request {
         case .refused(let id, let error):
-            return (.reject(id, error), sequencer.proposedSeq)
+            return (.reject(id, error), proposed, false)
         case .dispatch(let id, let action):
             guard case .attached(let origin, _, _) = connection.state else {
-                return (.reject(id, WireError(.notAttached, "the connection is no longer attached")), sequencer.proposedSeq)
+                return (.reject(id, WireError(.notAttached, "the connection is no longer attached")), proposed, false)
             }
             switch sequencer.dispatch(action, id: id, origin: origin, session: connection.session) {
-            case .proposed(let seq): return (.proposed, seq)
-            case .refused(let error): return (.reject(id, error), sequencer.proposedSeq)
-            case .duplicate(let seq): return (.duplicate(id, seq), max(seq, sequencer.proposedSeq))
+            case .proposed(let seq): return (.proposed, seq, false)
+            case .refused(let error) where error.code == .unavailable: return (.reject(id, error), applied, true)
+            case .refused(let error): return (.reject(id, error), proposed, false)
+            case .duplicate(let seq): return (.duplicate(id, seq), max(seq, proposed), false)
             }
         case .status:
-            return (.status(sequencer.speculativeSnapshot()), sequencer.proposedSeq)
+            if outage { return (.status(sequencer.appliedSnapshot()), applied, true) }
+            return (.status(sequencer.speculativeSnapshot()), proposed, false)
         case .sync(let id):
-            return (.synced(id, sequencer.proposedSeq), sequencer.proposedSeq)
+            return (.synced(id, proposed), proposed, false)
         case .welcome(let replica, let resume):
             // Resumed only from this very history (the protocol checked), never from the
             // future, and only while the backlog still holds every action after it.
             if let resume, sequencer.canResume(after: resume.seq) {
-                return (.resumed(replica: replica, seq: resume.seq), sequencer.proposedSeq)
+                return (.resumed(replica: replica, seq: resume.seq), outage ? applied : proposed, outage)
             }
-            return (.full(replica: replica, snapshot: sequencer.speculativeSnapshot()), sequencer.proposedSeq)
+            if outage { return (.full(replica: replica, snapshot: sequencer.appliedSnapshot()), applied, true) }
+            return (.full(replica: replica, snapshot: sequencer.speculativeSnapshot()), proposed, false)
         case .end(let error):
-            return (.end(error), sequencer.proposedSeq)
+            return (.end(error), proposed, false)
         }
     }
 

@@ -14,6 +14,16 @@ import SyncCore
 /// is proposed again (or refused `unavailable`), a `status` or `sync` answers for the state
 /// that is real. Requests that arrive while the sequencer settles wait, unjudged, behind them.
 ///
+/// While the log cannot take anything (a full disk, NATS unreachable), some answers need not
+/// wait: a dispatch refused `unavailable`, and `status` and `welcome` answered from the
+/// applied state (the judge marks them `immediate`). They claim nothing about proposals still
+/// in flight, so they go out at once, even past dispatches whose fate the log has not told yet
+/// (in doubt). `status` and `welcome` do so only when nothing of their own connection is held
+/// (a connection's answers otherwise keep their order); an `unavailable` refusal, which names
+/// its dispatch id and no seq, may also pass its own connection's earlier dispatches, so a
+/// client is never kept waiting for the end of an outage to learn that a new dispatch was
+/// refused.
+///
 /// On the event-loop thread only.
 struct RequestPipeline {
     /// What a client asked for.
@@ -44,6 +54,13 @@ struct RequestPipeline {
         case full(replica: Int, snapshot: Sequencer.Snapshot)
         /// Close the connection (after an `error`, when there is one).
         case end(WireError?)
+
+        /// Whether it may go at once past its own connection's held answers: an `unavailable`
+        /// refusal.
+        var overtakes: Bool {
+            if case .reject(_, let error) = self, error.code == .unavailable { return true }
+            return false
+        }
     }
 
     struct Entry {
@@ -72,35 +89,55 @@ struct RequestPipeline {
     ///   - connection: The connection that asked.
     ///   - request: The request.
     ///   - judging: Whether the sequencer can judge now.
-    ///   - judge: Judges one request: the answer and the proposed seq it follows.
+    ///   - judge: Judges one request: the answer, the seq it follows, and whether it may go
+    ///     at once.
+    ///   - deliverNow: Delivers an answer that goes at once.
     mutating func submit(_ connection: Connection, _ request: Request, judging: Bool,
-                         judge: (Connection, Request) -> (Judgment, UInt64)) {
+                         judge: (Connection, Request) -> Judged,
+                         deliverNow: (Connection, Judgment) -> Void) {
         var entry = Entry(connection: connection, request: request)
         if judging, !hasUnjudged {
-            let (judgment, after) = judge(connection, request)
-            entry.judgment = judgment
-            entry.after = after
+            let judged = judge(connection, request)
+            if judged.immediate, connection.held == 0 || judged.judgment.overtakes {
+                deliverNow(connection, judged.judgment)
+                return
+            }
+            entry.judgment = judged.judgment
+            entry.after = judged.after
             entries.append(entry)
             firstUnjudged = entries.count
         } else {
             entries.append(entry)
         }
+        connection.held += 1
     }
+
+    /// A judged request: the answer, the seq it follows, and whether it may go at once.
+    typealias Judged = (judgment: Judgment, after: UInt64, immediate: Bool)
 
     /// Judges every waiting request, in order.
     ///
     /// - Parameters:
     ///   - skip: Whether a waiting request is dropped instead (its connection is gone).
     ///   - judge: Judges one request.
-    mutating func judgeWaiting(skip: (Connection) -> Bool, judge: (Connection, Request) -> (Judgment, UInt64)) {
+    ///   - deliverNow: Delivers an answer that goes at once.
+    mutating func judgeWaiting(skip: (Connection) -> Bool, judge: (Connection, Request) -> Judged,
+                               deliverNow: (Connection, Judgment) -> Void) {
         guard hasUnjudged else { return }
+        // Counted again below, as each is kept.
+        for index in firstUnjudged..<entries.count { entries[index].connection.held -= 1 }
         var kept: [Entry] = []
         for index in firstUnjudged..<entries.count {
             var entry = entries[index]
             if skip(entry.connection) { continue }
-            let (judgment, after) = judge(entry.connection, entry.request)
-            entry.judgment = judgment
-            entry.after = after
+            let judged = judge(entry.connection, entry.request)
+            if judged.immediate, entry.connection.held == 0 || judged.judgment.overtakes {
+                deliverNow(entry.connection, judged.judgment)
+                continue
+            }
+            entry.judgment = judged.judgment
+            entry.after = judged.after
+            entry.connection.held += 1
             kept.append(entry)
         }
         entries.replaceSubrange(firstUnjudged..., with: kept)
@@ -108,13 +145,14 @@ struct RequestPipeline {
     }
 
     /// Un-judges every request judged after proposals from seq `from` on, which were voided.
+    ///
+    /// From the first judged entry that follows a voided proposal on, everything is judged
+    /// again (an answer that could have gone at once, held behind its connection's earlier
+    /// ones, follows the applied seq and may sit among them).
     mutating func void(from: UInt64) {
-        var index = firstUnjudged
-        while index > head, entries[index - 1].judgment != nil, entries[index - 1].after >= from {
-            entries[index - 1].judgment = nil
-            index -= 1
-        }
-        firstUnjudged = index
+        guard let first = entries[head..<firstUnjudged].firstIndex(where: { $0.after >= from }) else { return }
+        for index in first..<firstUnjudged { entries[index].judgment = nil }
+        firstUnjudged = first
     }
 
     /// Releases, in order, every answer whose `after` the applier has reached.
@@ -126,6 +164,7 @@ struct RequestPipeline {
         while head < firstUnjudged, let judgment = entries[head].judgment, entries[head].after <= applied {
             let entry = entries[head]
             head += 1
+            entry.connection.held -= 1
             deliver(entry.connection, judgment, entry.after)
         }
         if head == entries.count {

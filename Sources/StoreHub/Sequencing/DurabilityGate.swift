@@ -3,16 +3,22 @@
 /// It closes on a real outage only — the log could not make proposals durable (a full disk,
 /// an I/O error) or the link to a replicated log is down — never for a conflict, which is
 /// ordinary when several hubs share a log. While it is closed every dispatch is refused with
-/// `unavailable` (nothing applied); about once a second it asks the log whether it works
-/// again, and opens by itself when it does.
+/// `unavailable` (nothing applied); it asks the log whether it works again (a disk about once a
+/// second, a shared log every pass), and opens by itself when it does.
 ///
 /// On the event-loop thread only.
 struct DurabilityGate {
     /// Why dispatches are refused, while they are.
     private(set) var reason: String?
     private var lastProbe = ContinuousClock.now
-    /// How often a closed gate asks the log.
-    static let probeInterval: Duration = .seconds(1)
+    /// How often a closed gate asks the log: about once a second for a disk (a test write);
+    /// every pass for a shared log, whose answer is a flag its worker keeps.
+    let probeInterval: Duration
+
+    /// Creates an open gate.
+    ///
+    /// - Parameter probeInterval: How often a closed gate asks the log.
+    init(probeInterval: Duration = .seconds(1)) { self.probeInterval = probeInterval }
 
     /// Whether dispatches may be proposed.
     var isOpen: Bool { reason == nil }
@@ -32,7 +38,7 @@ struct DurabilityGate {
     ///   - probe: Asks the log.
     /// - Returns: Whether the gate opened.
     mutating func probeIfDue(now: ContinuousClock.Instant, _ probe: () -> Bool) -> Bool {
-        guard reason != nil, now - lastProbe >= Self.probeInterval else { return false }
+        guard reason != nil, now - lastProbe >= probeInterval else { return false }
         lastProbe = now
         guard probe() else { return false }
         reason = nil

@@ -58,6 +58,7 @@ final class Sequencer {
         self.log = log
         self.snapshotEvery = UInt64(max(1, snapshotEvery))
         self.note = note
+        gate = DurabilityGate(probeInterval: log.isShared ? .zero : .seconds(1))
         let backlog = Backlog(minimumActions: backlogActions, maximumBytes: backlogBytes)
         proposer = Proposer(engine: engine, checkpointEvery: UInt64(max(0, checkpointEvery)))
         engine.setKeepsRoot(log.mayRefuse)
@@ -75,6 +76,14 @@ final class Sequencer {
         lastSnapshotSeq = start.snapshot?.seq ?? 0
         nextReplica = max(1, start.snapshot?.nextReplica ?? 1, start.largestOrigin + 1, start.replicaLease)
         recoveredFrom = start
+        // The first block now, while starting (later blocks are asked for ahead, never waited for).
+        do throws(StorageError) {
+            let block = try log.reserveReplicaIDs(from: nextReplica, count: Self.replicaBlock)
+            nextReplica = max(nextReplica, block.lowerBound)
+            replicaLeaseEnd = block.upperBound
+        } catch {
+            note("hubd: cannot reserve replica ids yet (\(error.message)); asking again when a replica attaches")
+        }
     }
 
     /// What the log held at start (for the start-up line); released after it is read.
@@ -126,6 +135,17 @@ final class Sequencer {
         return outcome
     }
 
+    /// Whether a session already had this dispatch id sequenced (or in flight), without
+    /// proposing anything.
+    ///
+    /// - Parameters:
+    ///   - id: The dispatcher's id.
+    ///   - session: The dispatcher's session.
+    /// - Returns: The original's seq, or `nil`.
+    func sequencedSeq(of id: DispatchID, session: SessionEntry?) -> UInt64? {
+        proposer.duplicate(session: session.map { applier.currentSession($0) }, id: id)
+    }
+
     /// The session table's entry for a client session (held by its connection).
     func session(named name: String) -> SessionEntry { applier.session(named: name) }
 
@@ -167,7 +187,9 @@ final class Sequencer {
                 catchUpTo = max(catchUpTo, logLast)
                 void(from: from, into: &result)
             case .failed(let from, let error):
-                let reason = "the hub cannot write its journal (\(error.message)); nothing was applied — retry once the disk has room or works again"
+                let reason = log.isShared
+                    ? "the shared log did not take it (\(error.message)); nothing was applied — retry once the log is back"
+                    : "the hub cannot write its journal (\(error.message)); nothing was applied — retry once the disk has room or works again"
                 if gate.isOpen { note("hubd: \(error.message); refusing dispatches with unavailable until writing works again") }
                 gate.close(reason)
                 void(from: from, into: &result)
@@ -176,6 +198,8 @@ final class Sequencer {
                 gate.close("the hub cannot reach its log (\(reason)); nothing was applied — retry once it is back")
             case .broken(let error):
                 result.broken = error
+            case .replicaIDs(let answer):
+                received(replicaIDs: answer)
             }
         }
         proposer.compactIfDrained()
@@ -219,21 +243,52 @@ final class Sequencer {
     /// How many ids one reservation covers.
     static let replicaBlock = 1_024
 
+    /// The next block of replica ids, reserved ahead (so a hello never waits for the log).
+    private var spareReplicaIDs: Range<Int>?
+    /// A reservation was asked for and not answered yet.
+    private var replicaIDsRequested = false
+    /// When the last reservation failed (asked again at most once a second).
+    private var replicaIDsFailedAt: ContinuousClock.Instant?
+
     /// A new replica id, unique within the history, also across restarts and crashes (and,
     /// with a shared log, across hubs): ids are reserved durably in blocks before they are
-    /// handed out.
-    func takeReplicaID() -> Int {
-        if nextReplica >= replicaLeaseEnd {
-            do throws(StorageError) {
-                let block = try log.reserveReplicaIDs(from: nextReplica, count: Self.replicaBlock)
-                nextReplica = max(nextReplica, block.lowerBound)
-                replicaLeaseEnd = block.upperBound
-            } catch {
-                note("hubd: \(error.message); replica ids handed out now may be handed out again after a crash")
-            }
+    /// handed out, the next block asked for while half of the current one is left.
+    ///
+    /// - Returns: The id, or `nil` when none is reserved (the log cannot be reached): the hub
+    ///   then refuses the `hello` with `unavailable` rather than risk an id another replica has.
+    func takeReplicaID() -> Int? {
+        if nextReplica >= replicaLeaseEnd, let spare = spareReplicaIDs {
+            nextReplica = max(nextReplica, spare.lowerBound)
+            replicaLeaseEnd = spare.upperBound
+            spareReplicaIDs = nil
         }
+        defer { requestReplicaIDsIfLow() }
+        guard nextReplica < replicaLeaseEnd else { return nil }
         defer { nextReplica += 1 }
         return nextReplica
+    }
+
+    /// Asks the log for the next block once less than half of the current one is left.
+    private func requestReplicaIDsIfLow() {
+        guard spareReplicaIDs == nil, !replicaIDsRequested, replicaLeaseEnd - nextReplica < Self.replicaBlock / 2 else { return }
+        if let failed = replicaIDsFailedAt, ContinuousClock.now - failed < .seconds(1) { return }
+        replicaIDsRequested = true
+        log.requestReplicaIDs(from: max(nextReplica, replicaLeaseEnd), count: Self.replicaBlock)
+    }
+
+    /// Takes the log's answer to a reservation.
+    private func received(replicaIDs result: Result<Range<Int>, StorageError>) {
+        replicaIDsRequested = false
+        switch result {
+        case .success(let block):
+            spareReplicaIDs = block
+            replicaIDsFailedAt = nil
+        case .failure(let error):
+            if replicaIDsFailedAt == nil {
+                note("hubd: cannot reserve replica ids (\(error.message)); new replicas are refused with unavailable once the ids held run out")
+            }
+            replicaIDsFailedAt = .now
+        }
     }
 
     // MARK: - Snapshots
@@ -262,6 +317,20 @@ final class Sequencer {
         let bytes = engine.snapshot(.speculative).canonicalBytes
         let snapshot = Snapshot(seq: proposer.seq, stateBytes: SharedBytes(bytes), digest: Digest.hex(Digest.fnv1a64(bytes)))
         snapshotCache = (snapshot, proposer.epoch)
+        return snapshot
+    }
+
+    private var appliedCache: Snapshot?
+
+    /// The state as of ``appliedSeq`` (without the proposals in flight), serialised at most
+    /// once per seq: what `status` and `welcome` answer while the log cannot take anything.
+    func appliedSnapshot() -> Snapshot {
+        if proposer.inFlightCount == 0 { return speculativeSnapshot() }
+        if let cached = appliedCache, cached.seq == applier.seq { return cached }
+        applier.materializeRoot()
+        let bytes = engine.snapshot(.root).canonicalBytes
+        let snapshot = Snapshot(seq: applier.seq, stateBytes: SharedBytes(bytes), digest: Digest.hex(Digest.fnv1a64(bytes)))
+        appliedCache = snapshot
         return snapshot
     }
 

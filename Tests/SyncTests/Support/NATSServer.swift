@@ -86,7 +86,7 @@ final class NATSServer: Sendable {
         }
         let child: ChildProcess
         if let namespace {
-            child = try fixture.spawn("/usr/sbin/ip", ["netns", "exec", namespace, path] + arguments, name: name)
+            child = try fixture.spawn(ipCommand ?? "/usr/sbin/ip", ["netns", "exec", namespace, path] + arguments, name: name)
         } else {
             child = try fixture.spawn(path, arguments, name: name)
         }

@@ -1,0 +1,225 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import SyncPOSIX
+import SyncProtocol
+import Testing
+
+/// The `ip` command, if this machine has it.
+let ipCommand: String? = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"].first { access($0, X_OK) == 0 }
+
+/// Runs a command to completion; its output is returned, a failure thrown with it.
+@discardableResult
+func runCommand(_ executable: String, _ arguments: [String]) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    try process.run()
+    let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else {
+        throw HarnessError("\(executable) \(arguments.joined(separator: " ")) failed (\(process.terminationStatus)): \(output)")
+    }
+    return output
+}
+
+/// Hosts simulated with network namespaces: one namespace per host, each with a veth pair to a
+/// bridge in a "switch" namespace, addresses in a /24 chosen at random inside the namespaces
+/// this test creates (nothing is added to the machine's own namespace). ``remove()`` deletes
+/// every namespace (and with them the links); call it in a `defer`.
+final class TestNetwork: Sendable {
+    let ip: String
+    let tag: String
+    let subnet: String
+    let hosts: Int
+
+    /// Creates the namespaces, or throws when this machine cannot (not root, no `ip`, no netns).
+    init(hosts: Int) throws {
+        guard let ip = ipCommand else { throw HarnessError("no ip command") }
+        self.ip = ip
+        self.hosts = hosts
+        tag = String(UInt32.random(in: 0..<0xFFFFFF), radix: 16)
+        subnet = "10.\(UInt8.random(in: 200...250)).\(UInt8.random(in: 1...250))"
+        do {
+            try runCommand(ip, ["netns", "add", switchName])
+            try runCommand(ip, ["-n", switchName, "link", "add", "br0", "type", "bridge"])
+            try runCommand(ip, ["-n", switchName, "link", "set", "br0", "up"])
+            for host in 1...hosts {
+                try runCommand(ip, ["netns", "add", namespace(host)])
+                try runCommand(ip, ["-n", namespace(host), "link", "set", "lo", "up"])
+                try runCommand(ip, ["-n", namespace(host), "link", "add", "eth0", "type", "veth", "peer", "name", port(host),
+                                    "netns", switchName])
+                try runCommand(ip, ["-n", switchName, "link", "set", port(host), "master", "br0"])
+                try runCommand(ip, ["-n", switchName, "link", "set", port(host), "up"])
+                try runCommand(ip, ["-n", namespace(host), "addr", "add", address(host) + "/24", "dev", "eth0"])
+                try runCommand(ip, ["-n", namespace(host), "link", "set", "eth0", "up"])
+            }
+        } catch {
+            remove()
+            throw error
+        }
+    }
+
+    var switchName: String { "ss-sw-\(tag)" }
+    func namespace(_ host: Int) -> String { "ss-h\(host)-\(tag)" }
+    func port(_ host: Int) -> String { "p\(host)-\(tag)" }
+    func address(_ host: Int) -> String { "\(subnet).\(host)" }
+
+    /// Cuts (or restores) a host's only link: its namespace keeps running, unreachable.
+    func setLink(_ host: Int, up: Bool) throws {
+        try runCommand(ip, ["-n", switchName, "link", "set", port(host), up ? "up" : "down"])
+    }
+
+    /// Deletes every namespace this network made (idempotent).
+    func remove() {
+        for name in [switchName] + (1...max(1, hosts)).map(namespace) {
+            _ = try? runCommand(ip, ["netns", "delete", name])
+        }
+    }
+}
+
+extension MultiProcessTests {
+    @Suite("Several hosts: a 3-node NATS cluster and an R3 stream, one hub per host in its own network namespace",
+           .enabled(if: natsServerPath != nil, Comment(rawValue: natsMissing)))
+    struct SeveralHostsTests {
+        @Test("kill one NATS node: the order goes on; cut one host's link: its dispatches get unavailable, nothing is lost, and it catches up when the link returns")
+        func threeHosts() async throws {
+            let network: TestNetwork
+            do {
+                guard runningAsRoot else { throw HarnessError("not root") }
+                network = try TestNetwork(hosts: 3)
+            } catch {
+                print("skipped: network namespaces cannot be created here (\(error)); the several-hosts test needs root and ip netns")
+                return
+            }
+            defer { network.remove() }
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            // Processes in the namespaces die with the fixture; the namespaces are removed after.
+            _ = chmod(fixture.directory, 0o755)
+
+            let nats = try (1...3).map { host in
+                try NATSServer(fixture: fixture, name: "n\(host)", host: network.address(host), port: 4222, clusterPort: 6222,
+                               routes: (1...3).filter { $0 != host }.map { "\(network.address($0)):6222" },
+                               namespace: network.namespace(host))
+            }
+            for server in nats { try await server.start() }
+            let hubs = SharedHubs(fixture: fixture, nats: nats)
+            let hubd = try Executables.url("hubd").path
+            var processes: [ChildProcess] = []
+            for host in 1...3 {
+                // Its own node first, then the others.
+                let order = [nats[host - 1]] + nats.filter { $0 !== nats[host - 1] }
+                let child = try fixture.spawn(network.ip, ["netns", "exec", network.namespace(host), hubd,
+                                                           "--socket", hubs.socket(host), "--app", "json",
+                                                           "--log", hubs.url(order), "--nats-replicas", "3"], name: "hub\(host)")
+                processes.append(child)
+            }
+            for host in 1...3 {
+                let child = processes[host - 1]
+                try await waitUntil("hub \(host) to serve; \(child.errorLines.suffix(5))", timeout: .seconds(90)) {
+                    guard child.isRunning else { throw HarnessError("hub \(host) exited: \(child.errorLines.suffix(10))") }
+                    return (try? HubStatusProbe.status(hubs.socket(host))) != nil
+                }
+            }
+            var clients: [Int: RawClient] = [:]
+            for host in 1...3 { clients[host] = try hubs.attach(host, session: "client-\(host)").0 }
+            defer { for client in clients.values { client.close() } }
+            var nextID = 0
+            /// Dispatches one action on `host` and waits for its own action (or a refusal).
+            func dispatch(_ host: Int, timeout: Duration = .seconds(60)) throws -> JSON {
+                nextID += 1
+                let id = nextID
+                guard let client = clients[host] else { throw HarnessError("no client on \(host)") }
+                try client.send(["type": "dispatch", "id": JSON(id), "action": ["type": "append", "path": "/log", "value": JSON(id)]])
+                let deadline = ContinuousClock.now + scaled(timeout)
+                while ContinuousClock.now < deadline {
+                    if let message = try client.poll(timeoutMilliseconds: 100), message["id"] == JSON(id),
+                       ["action", "reject", "duplicate"].contains(message["type"]?.stringValue ?? "") {
+                        return message
+                    }
+                }
+                throw HarnessError("dispatch \(id) on hub \(host) unanswered after \(timeout)")
+            }
+            var applied: [Int] = []
+            for host in 1...3 {
+                let answer = try dispatch(host)
+                #expect(answer["type"] == "action", "\(answer)")
+                if let id = answer["id"]?.intValue { applied.append(id) }
+            }
+
+            // Cut host 2: the others go on; its hub refuses with unavailable once it knows.
+            try network.setLink(2, up: false)
+            let during = try dispatch(1)
+            #expect(during["type"] == "action", "\(during)")
+            if let id = during["id"]?.intValue { applied.append(id) }
+            nextID += 1
+            let inDoubtID = nextID
+            try clients[2]?.send(["type": "dispatch", "id": JSON(inDoubtID), "action": ["type": "append", "path": "/log", "value": JSON(inDoubtID)]])
+            try await waitUntil("hub 2 to say its log is unavailable", timeout: .seconds(60)) {
+                (try? HubStatusProbe.status(hubs.socket(2)))?.storage?["unavailable"] != nil
+            }
+            let refused = try dispatch(2, timeout: .seconds(5))
+            #expect(refused["type"] == "reject" && refused["error"]?["code"] == "unavailable", "\(refused)")
+
+            // The link returns: the dispatch in doubt is settled (once, or refused), hub 2 catches up.
+            try network.setLink(2, up: true)
+            var settled: JSON?
+            let deadline = ContinuousClock.now + scaled(.seconds(90))
+            while settled == nil, ContinuousClock.now < deadline {
+                if let message = try clients[2]?.poll(timeoutMilliseconds: 100), message["id"] == JSON(inDoubtID),
+                   message["type"] == "action" || message["type"] == "reject" {
+                    settled = message
+                }
+            }
+            let outcome = try #require(settled, "the dispatch in doubt was never settled")
+            if outcome["type"] == "action" { applied.append(inDoubtID) }
+            try await waitUntil("hub 2 to take dispatches again", timeout: .seconds(90)) {
+                (try? HubStatusProbe.status(hubs.socket(2)))?.storage?["unavailable"] == nil
+            }
+            let after = try dispatch(2)
+            #expect(after["type"] == "action", "\(after)")
+            if let id = after["id"]?.intValue { applied.append(id) }
+
+            // Kill one NATS node: the two others keep the order; hub 3 moves to another node
+            // (a dispatch in the moment its link drops is refused unavailable, as a client
+            // retries it, and nothing of it is applied).
+            try await nats[2].kill()
+            var refusedIDs: [Int] = []
+            for host in 1...3 {
+                let deadline = ContinuousClock.now + scaled(.seconds(90))
+                while true {
+                    let answer = try dispatch(host, timeout: .seconds(90))
+                    guard let id = answer["id"]?.intValue else { break }
+                    if answer["type"] == "action" {
+                        applied.append(id)
+                        break
+                    }
+                    #expect(answer["error"]?["code"] == "unavailable", "hub \(host): \(answer)")
+                    refusedIDs.append(id)
+                    guard ContinuousClock.now < deadline else {
+                        Issue.record("hub \(host) refused every dispatch for 90 s after a NATS node died")
+                        break
+                    }
+                    try await Task.sleep(for: .milliseconds(200))
+                }
+            }
+            let statuses = try await hubs.settled([1, 2, 3], at: UInt64(applied.count), timeout: .seconds(90))
+            #expect(Set(statuses.map(\.digest)).count == 1, "\(statuses.map(\.digest))")
+            #expect(statuses.allSatisfy { $0.seq == UInt64(applied.count) }, "\(statuses.map(\.seq)) for \(applied)")
+            // Each acknowledged dispatch is in the state once; the refused one is not.
+            let (reader, welcome) = try hubs.attach(1)
+            reader.close()
+            let log = welcome["state"]?["log"]?.arrayValue?.compactMap(\.intValue) ?? []
+            #expect(log.sorted() == applied.sorted(), "state \(log), acknowledged \(applied)")
+            #expect(!log.contains(refused["id"]?.intValue ?? -1))
+            #expect(Set(log).isDisjoint(with: refusedIDs))
+        }
+    }
+}
