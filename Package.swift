@@ -49,7 +49,7 @@ let package = Package(
         .executableTarget(name: "replica-cli", dependencies: ["StoreSyncCommands", "BuiltinApps"]),
         .executableTarget(
             name: "sync-bench",
-            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncCore", "SyncPOSIX"],
+            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncCore", "SyncPOSIX", "NATSClient"],
             path: "Benchmarks/sync-bench"
         ),
         .testTarget(name: "StoreCoreTests", dependencies: ["StoreCore"]),

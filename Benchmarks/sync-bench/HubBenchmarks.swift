@@ -130,8 +130,9 @@ func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled
 /// Dispatch→ack and dispatch→applied-by-every-replica round trips of one replica (one
 /// dispatch outstanding) while `replicas - 1` worker processes are attached, either idle or
 /// together dispatching `loadRate` actions per second.
-func hubLatency(replicas: Int, samples: Int, loadRate: Double, label: String) async throws -> Result {
-    let hub = try BenchHub()
+func hubLatency(replicas: Int, samples: Int, loadRate: Double, label: String,
+                log: SharedLogConfiguration? = nil) async throws -> Result {
+    let hub = try BenchHub { $0.sharedLog = log }
     defer { hub.stop() }
     let workers = try (1..<replicas).map { _ in try WorkerProcess(socket: hub.socket, count: 0, total: 0) }
     defer { workers.forEach { $0.kill() } }
@@ -169,7 +170,8 @@ func hubLatency(replicas: Int, samples: Int, loadRate: Double, label: String) as
     }
     let applied = latest.compactMap { seq, at in sentAt[seq].map { Double(at &- $0) / 1000 } }
     return Result(scenario: "hub.latency", params: [("replicas", JSON(replicas)), ("load", .string(label)),
-                                                    ("load_actions_per_s", JSON(Int(loadRate)))],
+                                                    ("load_actions_per_s", JSON(Int(loadRate))),
+                                                    ("log", log == nil ? "memory" : "nats")],
                   metrics: [("ack_p50_us", percentile(acks, 0.5)), ("ack_p99_us", percentile(acks, 0.99)),
                             ("ack_p999_us", percentile(acks, 0.999)),
                             ("applied_p50_us", percentile(applied, 0.5)), ("applied_p99_us", percentile(applied, 0.99))])

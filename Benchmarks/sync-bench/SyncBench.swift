@@ -17,6 +17,7 @@ let usage = """
       --only PREFIX   Run only scenarios whose name starts with PREFIX (store, hub, raw, redis, …).
       --replicas N,…  Only these replica counts for raw, redis and hub.throughput (e.g. 4 or 1,16).
       -h, --help      Print this help and exit.
+    (--only nats runs every shared-log scenario: nats.publish, hub.throughput and hub.latency on NATS.)
 
     SCENARIOS (every figure comes with the machine; baselines are measured in the same run):
       baseline.reduce   the bench reducer called directly (the store's in-run baseline)
@@ -35,6 +36,11 @@ let usage = """
                         never reads
       hub.latency       dispatch→ack and dispatch→applied-by-all (p50/p99/p99.9) of one replica with
                         3 more attached, unloaded and at 50% of the N = 4 peak
+      nats.publish      the shared log's baseline: envelope-sized messages published to a JetStream
+                        stream by the hub's own NATS client, 256 unacknowledged at most, no
+                        expectations (skipped when nats-server is not on PATH: apt-get install nats-server)
+      hub.throughput    (fsync=nats) N = 4 replicas over 1 hub and over 3 hubs on one stream of a
+                        local nats-server; hub.latency (log=nats) unloaded
       hub.rss           the hub's resident memory: at rest, with 64 idle replicas, after 1,000,000
                         actions, after 1,000,000 actions with 63 of 64 replicas not reading, and
                         with a 10 MiB state and 50 joiners that never read their welcome (welcome50)
@@ -102,8 +108,13 @@ struct SyncBench {
             case "redis.throughput":
                 baselines["redis/\(replicas)"] = result.value
                 ratio(to: "raw/\(replicas)", as: "raw.throughput")
+            case "nats.publish":
+                baselines["nats"] = result.value
             case "hub.throughput":
-                if param("fsync") == "memory", result.params.first(where: { $0.0 == "stalled" })?.1 == 0 {
+                if param("fsync") == "nats" {
+                    ratio(to: "nats", as: "nats.publish")
+                    ratio(to: "hub/\(replicas)", as: "hub.throughput (memory)")
+                } else if param("fsync") == "memory", result.params.first(where: { $0.0 == "stalled" })?.1 == 0 {
                     baselines["hub/\(replicas)"] = result.value
                     ratio(to: "raw/\(replicas)", as: "raw.throughput")
                     ratio(to: "redis/\(replicas)", as: "redis.throughput")
@@ -159,6 +170,24 @@ struct SyncBench {
                     report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000, loadRate: peak / 2, label: "50%"))
                 }
                 if wanted("hub.rss") { try hubRSS(actions: quick ? 100_000 : 1_000_000).forEach(report) }
+            }
+            if wanted("nats") || wanted("hub.throughput") || wanted("hub.latency"), replicaCounts == nil {
+                if let nats = try BenchNATS() {
+                    defer { nats.stop() }
+                    report(try natsPublishBaseline(nats, messages: quick ? 20_000 : 200_000))
+                    let natsOnly = only?.hasPrefix("nats") == true
+                    if wanted("hub.throughput") || natsOnly {
+                        for hubs in [1, 3] {
+                            report(try hubThroughputNATS(nats, hubs: hubs, replicas: 4, actions: quick ? 10_000 : 100_000))
+                        }
+                    }
+                    if wanted("hub.latency") || natsOnly {
+                        report(try await hubLatency(replicas: 4, samples: quick ? 300 : 3_000, loadRate: 0, label: "unloaded",
+                                                    log: try sharedLog(nats, stream: "LAT\(UInt32.random(in: 0...UInt32.max))")))
+                    }
+                } else {
+                    Console.error("sync-bench: nats.publish and the shared-log scenarios skipped: nats-server is not on PATH (apt-get install nats-server)")
+                }
             }
             if wanted("hydrate") { report(try hydrate(stateBytes: 1 << 20)) }
             if wanted("resume") { report(try resume(actions: 10_000)) }

@@ -44,6 +44,10 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     /// `drain` queues (a re-entrant dispatch) and drains, so relaxed ordering suffices; it
     /// spares the lock per action when nothing was queued.
     @usableFromInline let queued = Atomic<Bool>(false)
+    /// Whether the reducer is running (on `owner`'s thread, inside `core`'s lock): a dispatch
+    /// or a read of ``state`` from there is a reducer reaching for its store, refused with a
+    /// message rather than the lock's recursion trap.
+    @usableFromInline let reducing = Atomic<Bool>(false)
     @usableFromInline let registrar = ObservationRegistrar()
     /// `\.state`, built once: a key path into a generic class is instantiated at run time,
     /// which costs microseconds, and the registrar needs it on every dispatch.
@@ -199,7 +203,22 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
             }
         }
         let chain = enhancer.enhance(context, base)
-        drain.withLock { $0.chain = chain }
+        // What middleware dispatched while it was being built waited in the queue (there
+        // was no chain yet); it runs now, through the finished chain.
+        let me = currentThreadID()
+        drain.withLock { context in
+            context.chain = chain
+            owner.store(me, ordering: .relaxed)
+            drainQueue(chain)
+            owner.store(0, ordering: .relaxed)
+        }
+    }
+
+    /// Stops a reducer that reaches for its store (Redux: "Reducers may not dispatch actions").
+    @inlinable func refuseInsideReducer(_ what: StaticString) {
+        if reducing.load(ordering: .relaxed), owner.load(ordering: .relaxed) == currentThreadID() {
+            preconditionFailure("StoreCore: a reducer may not \(what): it is a pure function of its state and action (replicas replay it); dispatch from middleware, a thunk or a subscriber instead")
+        }
     }
 
     // MARK: - State
@@ -211,6 +230,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     public var state: State {
         if !observable.load(ordering: .relaxed) { observable.store(true, ordering: .relaxed) }
         registrar.access(self, keyPath: stateKeyPath)
+        refuseInsideReducer("read its store's state")
         return core.withLock { $0.state }
     }
 
@@ -243,13 +263,20 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     @inlinable public func dispatch(_ input: Dispatchable<State, Action>) {
         let me = currentThreadID()
         if owner.load(ordering: .relaxed) == me {
+            if reducing.load(ordering: .relaxed) { refuseInsideReducer("dispatch actions") }
             core.withLock { $0.queue.append(.input(input)) }
             queued.store(true, ordering: .relaxed)
             return
         }
         drain.withLock { context in
+            guard let chain = context.chain else {
+                // Dispatched while middleware is being built: queued, run once the chain is.
+                core.withLock { $0.queue.append(.input(input)) }
+                queued.store(true, ordering: .relaxed)
+                return
+            }
             owner.store(me, ordering: .relaxed)
-            context.chain?(input)
+            chain(input)
             drainQueue(context.chain)
             owner.store(0, ordering: .relaxed)
         }
@@ -398,6 +425,8 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
         var state: State?
         let subscribers = try withStateMutation { () throws(R.Failure) -> [Subscriber] in
             try core.withLock { (core: inout Core) throws(R.Failure) -> [Subscriber] in
+                reducing.store(true, ordering: .relaxed)
+                defer { reducing.store(false, ordering: .relaxed) }
                 try reducer.reduce(into: &core.state, action: action)
                 core.history?.record(action, state: core.state)
                 if !core.subscribers.isEmpty { state = core.state }

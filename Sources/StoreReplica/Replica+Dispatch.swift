@@ -154,7 +154,7 @@ extension Replica {
                     return nil
                 }
                 guard let upstream else {
-                    continuation.resume(throwing: ReplicaError.disconnected((ended ?? .disconnected("the link to the hub has ended")).description))
+                    continuation.resume(throwing: ended ?? ReplicaError.disconnected("the link to the hub has ended"))
                     return
                 }
                 if let failure = send(upstream).failure, let waiting = shared.withLock({ unregister(&$0) }) {

@@ -83,10 +83,24 @@ struct Interactive<App: SyncApp> {
                 }
             default:
                 dispatch(trimmed)
+                if case .reconnecting = replica.linkState {
+                    // Queued: it goes with the re-sends when the link is back (exactly once).
+                    if json {
+                        Console.out(JSON.object(["type": "queued", "message": .string(Self.queuedText)]).canonicalString)
+                    } else {
+                        Console.out("queued: \(Self.queuedText)")
+                    }
+                    continue
+                }
                 // Read-your-writes: the next line (a thunk, say) sees this one's effect.
                 do { try await replica.sync() } catch { await settleFailed(error) }
             }
         }
+    }
+
+    /// What `attach` says about a line typed while the hub cannot be reached.
+    static var queuedText: String {
+        "the hub cannot be reached now; this action is kept and sent once the link is back (it is applied once: do not type it again)"
     }
 
     /// A barrier failed: while the link is being re-established, say so and go on; once it

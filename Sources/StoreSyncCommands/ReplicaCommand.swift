@@ -32,7 +32,10 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              "hub":…,"replica":…,"seq":…} first, then each action as in watch,
                              {"type":"rejected","id":…,"error":{…}} for a refusal by the hub,
                              {"type":"error","error":{"code":…,…}} for a line that is not an
-                             action or a barrier that failed while reconnecting, and
+                             action or a barrier that failed while reconnecting,
+                             {"type":"queued","message":…} for an action typed while the hub
+                             cannot be reached (kept, sent once the link is back; do not
+                             send it again; without --json "queued: …"), and
                              {"type":"digest","digest":…,"seq":…} for :digest (:state, :status
                              and :help still print text).
                              SIGINT or SIGTERM ends it with exit 0.
@@ -202,7 +205,11 @@ public enum ReplicaCommand {
                 appName = status.app
             }
             guard let name = appName, let app = app(named: name) else {
-                fail("unknown app \"\(appName ?? "")\"; \(ReplicaCommand.program) knows \(names)", status: options.app == nil ? 1 : 2)
+                if options.app == nil {
+                    // The hub's app, learned from its status: say which hub, and how to pick another.
+                    fail("the hub at \(connection.path) serves app \"\(appName ?? "")\", which \(ReplicaCommand.program) does not know (it knows \(names)); point it at your app's hub with --socket PATH", status: 1)
+                }
+                fail("unknown app \"\(appName ?? "")\"; \(ReplicaCommand.program) knows \(names)", status: 2)
             }
             try await run(app, over: connection, command: command, options: options)
         } catch {

@@ -18,7 +18,7 @@ import Synchronization
 ///
 /// ```swift
 /// @Test func tallyConverges() async throws {
-///     let harness = ConvergenceHarness(app: Tally(), hub: try executable("tally-hub"), cli: try executable("tally-cli"))
+///     let harness = ConvergenceHarness(app: Tally(), hub: try builtExecutable("tally-hub"), cli: try builtExecutable("tally-cli"))
 ///     try await harness.run { random, replica in
 ///         .add(name: ["tea", "coffee"][Int(random.next() % 2)], amount: Int(random.next() % 5))
 ///     }
@@ -27,7 +27,9 @@ import Synchronization
 ///
 /// After the run it asserts: every replica's digest equals the hub's; every replica saw each
 /// seq exactly once and in order (across reconnects); every dispatch of a replica that was not
-/// killed was sequenced exactly once.
+/// killed was sequenced exactly once or refused by the reducer (a refusal is an outcome: a
+/// generator that cannot see the state may well produce actions the reducer refuses; they are
+/// counted in ``Report/refused``); no replica ever saw a checkpoint disagree with its state.
 ///
 /// **Several hubs.** With `hubs` > 1 and a `sharedLog` (`nats://HOST:PORT/STREAM`), that many
 /// hubs share one order: replica `i` attaches to hub `i % hubs` and names the others as
@@ -49,8 +51,11 @@ public struct ConvergenceHarness<App: SyncApp>: Sendable {
         public let seq: UInt64
         /// The hub's final digest, which every replica matched.
         public let digest: String
+        /// Dispatches the hub refused with `rejected` or `bad-action` (the reducer said no),
+        /// over every replica.
+        public let refused: Int
         /// One line.
-        public var description: String { "seed \(seed): \(seq) actions, every digest \(digest)" }
+        public var description: String { "seed \(seed): \(seq) actions, \(refused) refused by the reducer, every digest \(digest)" }
     }
 
     /// Why a run failed.
@@ -327,6 +332,7 @@ private final class HarnessRun<App: SyncApp>: Sendable {
         // Settle: every survivor asks for its digest after everything sequenced so far.
         for index in survivors { replicas[index].send([":digest"]) }
         let status = try await settledStatuses()
+        var refusedTotal = 0
         for index in survivors {
             let replica = replicas[index]
             let digest = try await replica.waitDigest(fail)
@@ -346,25 +352,32 @@ private final class HarnessRun<App: SyncApp>: Sendable {
             } else if digest.digest != status.digest {
                 throw fail(divergence(replica: index, digest: digest.digest, hub: status.digest, log: events))
             }
-            // Exactly once: each line this replica sent was sequenced once (as its own action).
+            if let divergence = replica.divergences.first {
+                throw fail("replica \(index) diverged from the hub (a checkpoint disagreed; a deterministic reducer never does): \(divergence)")
+            }
+            // Exactly once: each line this replica sent was sequenced once (as its own action),
+            // or refused by the reducer.
             if index < lines.count {
                 let own = events.filter(\.isOwn).count
-                if own != lines[index].count {
-                    throw fail("replica \(index) sent \(lines[index].count) actions, \(own) were sequenced as its own (exactly once expected)")
+                let refused = replica.refused
+                refusedTotal += refused
+                if own + refused != lines[index].count {
+                    throw fail("replica \(index) sent \(lines[index].count) actions, \(own) were sequenced as its own and \(refused) refused (each exactly once expected)")
                 }
             }
         }
         withExtendedLifetime(hubs) {}
-        return .init(seed: harness.seed, seq: status.seq, digest: status.digest)
+        return .init(seed: harness.seed, seq: status.seq, digest: status.digest, refused: refusedTotal)
     }
 
     /// Waits until every replica (but `skip`) has seen `sent` of its own actions sequenced.
     private func waitForLines(_ replicas: [ReplicaProcess], sent: Int) async throws {
         let deadline = ContinuousClock.now + .seconds(120)
         for (index, replica) in replicas.enumerated() {
-            while replica.events().filter(\.isOwn).count < sent {
+            // An action's outcome: sequenced as its own, or refused by the reducer.
+            while replica.events().filter(\.isOwn).count + replica.refused < sent {
                 guard ContinuousClock.now < deadline else {
-                    throw fail("replica \(index) had \(replica.events().filter(\.isOwn).count) of \(sent) actions sequenced after 120 s; stderr: \(replica.errors.suffix(3))")
+                    throw fail("replica \(index) had \(replica.events().filter(\.isOwn).count) of \(sent) actions sequenced and \(replica.refused) refused after 120 s; stderr: \(replica.errors.suffix(3))")
                 }
                 guard replica.process.isRunning else { throw fail("replica \(index) exited: \(replica.errors.suffix(3))") }
                 try await Task.sleep(for: .milliseconds(10))
@@ -399,6 +412,11 @@ private final class ReplicaProcess: @unchecked Sendable {
         var digests: [(seq: UInt64, digest: String)] = []
         var attached = false
         var errors: [String] = []
+        /// Checkpoints that disagreed with the hub (each healed by re-hydrating, but a
+        /// deterministic reducer never diverges).
+        var divergences: [String] = []
+        /// `rejected` lines whose code says the reducer refused (`rejected`, `bad-action`).
+        var refused = 0
         var partial: [UInt8] = []
     }
 
@@ -424,6 +442,10 @@ private final class ReplicaProcess: @unchecked Sendable {
     }
 
     var errors: [String] { lock.withLock { state.errors } }
+
+    var divergences: [String] { lock.withLock { state.divergences } }
+
+    var refused: Int { lock.withLock { state.refused } }
 
     func events() -> [Event] { lock.withLock { state.events } }
 
@@ -452,11 +474,19 @@ private final class ReplicaProcess: @unchecked Sendable {
             if let id = json["replica"]?.intValue { state.ownIDs.insert(id) }
         case "link"?:
             if let id = json["replica"]?.intValue { state.ownIDs.insert(id) }
+            if json["state"] == "diverged" { state.divergences.append(json.canonicalString) }
         case "digest"?:
             if let seq = json["seq"]?.intValue, let digest = json["digest"]?.stringValue {
                 state.digests.append((UInt64(seq), digest))
             }
-        case "error"?, "rejected"?:
+        case "rejected"?:
+            let code = json["error"]?["code"]?.stringValue
+            if code == "rejected" || code == "bad-action" {
+                state.refused += 1
+            } else {
+                state.errors.append(json.canonicalString)
+            }
+        case "error"?:
             state.errors.append(json.canonicalString)
         case nil:
             if let seq = json["seq"]?.intValue, let action = json["action"] {

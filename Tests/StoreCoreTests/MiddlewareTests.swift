@@ -133,3 +133,65 @@ struct MiddlewareTests {
         #expect(lines.all == ["thunk", "action: increment", "state: State(count: 1, label: \"\")"])
     }
 }
+
+@Suite("Redux's own store rules, where StoreCore once differed")
+struct ReduxStoreRuleTests {
+    typealias M = Middleware<Count.State, Count.Action>
+
+    @Test("an action and a thunk dispatched while middleware is being built are not lost: they run through the finished chain")
+    func dispatchDuringBuild() {
+        let seen = Recorder<String>()
+        let eager = M(wrap: { context, next in
+            context.send(.add(10))
+            context.dispatch(.thunk(Thunk { context in context.send(.add(5)) }))
+            return { input in
+                if let action = input.action { seen.append("\(action)") }
+                next(input)
+            }
+        })
+        let store = Store(initialState: Count.State(), reducer: Count(), enhancer: .applyMiddleware(eager))
+        #expect(store.state.count == 15)
+        // They went through the chain, this middleware included.
+        #expect(seen.all == ["add(10)", "add(5)"])
+    }
+
+    @Test("a reducer that dispatches stops with Redux's rule, not a lock's recursion trap")
+    func reducerMayNotDispatch() async throws {
+        let result = try await #require(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let box = StoreBox()
+            let store = Store(initialState: 0, reducer: Reaching(box: box))
+            box.store.withLock { $0 = store }
+            store.dispatch(1)
+        }
+        let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+        #expect(text.contains("a reducer may not dispatch actions"), "\(text)")
+    }
+
+    @Test("a reducer that reads its store's state stops with a message too")
+    func reducerMayNotRead() async throws {
+        let result = try await #require(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let box = StoreBox()
+            let store = Store(initialState: 0, reducer: Reaching(box: box, reads: true))
+            box.store.withLock { $0 = store }
+            store.dispatch(1)
+        }
+        let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+        #expect(text.contains("a reducer may not read its store's state"), "\(text)")
+    }
+}
+
+/// Holds the store a misbehaving reducer reaches for.
+final class StoreBox: Sendable {
+    let store = Mutex<Store<Reaching>?>(nil)
+}
+
+/// A reducer that breaks the rule: it dispatches to (or reads) its own store.
+struct Reaching: Reducer {
+    let box: StoreBox
+    var reads = false
+    func reduce(into state: inout Int, action: Int) {
+        state += action
+        guard let store = box.store.withLock({ $0 }) else { return }
+        if reads { _ = store.state } else { store.dispatch(action) }
+    }
+}

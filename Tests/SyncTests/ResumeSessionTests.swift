@@ -347,12 +347,21 @@ extension MultiProcessTests {
             try await waitUntil("watch to report the drop") {
                 watcher.errorLines.contains { $0.contains("link to the hub dropped") }
             }
+            // A line typed while the hub is down is kept and sent once it is back; attach says so
+            // once, without "ask again" (which would apply it twice).
+            try await waitUntil("attach to see the drop") { attached.lines.contains { $0.contains("link to the hub dropped") } || attached.errorLines.contains { $0.contains("link to the hub dropped") } }
+            attached.write("set /q 9\n")
+            let queued = try await attached.waitForLine("attach's queued line") { $0.hasPrefix("queued:") }
+            #expect(queued.contains("do not type it again"), "\(queued)")
+            #expect(!(attached.lines + attached.errorLines).contains { $0.contains("ask again") }, "\(attached.lines)")
             hub = try await fixture.startHub(extra: ["--data-dir", data])
             try await waitUntil("both to come back") { try HubStatusProbe.status(fixture.socket).replicas.count == 2 }
-            #expect(try await fixture.runCLI(["dispatch", "set /c 3"]).out == ["3"])
-            _ = try await watcher.waitForLine("seq 3") { $0.contains(#""seq":3"#) }
+            _ = try await watcher.waitForLine("seq 3 (the queued line)") { $0.contains(#""seq":3"#) }
+            #expect(try await fixture.runCLI(["dispatch", "set /c 3"]).out == ["4"])
+            _ = try await watcher.waitForLine("seq 4") { $0.contains(#""seq":4"#) }
             let seqs = watcher.lines.compactMap { line in (try? JSON(parsing: line))?["seq"]?.intValue }
-            #expect(seqs == [1, 2, 3], "watch prints every seq exactly once: \(watcher.lines)")
+            #expect(seqs == [1, 2, 3, 4], "watch prints every seq exactly once: \(watcher.lines)")
+            #expect(try await fixture.runCLI(["state"]).out == [#"{"a":1,"b":2,"c":3,"q":9}"#])
             #expect(watcher.errorLines.filter { $0.contains("link to the hub dropped") }.count == 1, "\(watcher.errorLines)")
             #expect(watcher.errorLines.contains { $0.contains("link back: resumed at seq 2") }, "\(watcher.errorLines)")
             _ = try await attached.waitForLine("attach's link back line") { $0.contains("link back: resumed at seq 2") }
@@ -559,6 +568,24 @@ extension MultiProcessTests {
             #expect(report.seq >= 3 * 40 - 20, "\(report)")
         }
 
+        @Test("actions the reducer refuses are outcomes: counted in the report, the run finishes at once")
+        func refusalsAreCounted() async throws {
+            let harness = ConvergenceHarness(app: JSONApp(), hub: try builtExecutable("hubd"),
+                                             cli: try Executables.url("replica-cli"), replicas: 2, actionsPerReplica: 20,
+                                             faults: [], seed: 7, hubArguments: ["--app", "json"])
+            let started = ContinuousClock.now
+            let report = try await harness.run { random, replica in
+                // About one in four removes a member that is never there: the reducer refuses it.
+                let missing = (try? JSONPointer("/never/here")) ?? .root
+                let pointer = (try? JSONPointer("/r\(replica)")) ?? .root
+                return random.next() % 4 == 0 ? .remove(missing) : .increment(pointer, by: 1)
+            }
+            #expect(report.refused > 0, "\(report)")
+            #expect(report.seq + UInt64(report.refused) == 40, "\(report)")
+            // Not the 120 s the harness once waited for answers that never come.
+            #expect(ContinuousClock.now - started < .seconds(60))
+        }
+
         @Test("the counter app, without faults, with a fixed seed")
         func counterConverges() async throws {
             let harness = ConvergenceHarness(app: CounterApp(), hub: try builtExecutable("hubd"),
@@ -622,6 +649,21 @@ extension MultiProcessTests {
                 try await waitUntil("the hub to stop") { finished.load(ordering: .acquiring) }
             }
             #expect(lines.withLock { $0.contains { $0.contains("not writing a snapshot at seq 2") } }, "\(lines.withLock { $0 })")
+        }
+    }
+}
+
+extension MultiProcessTests {
+    @Suite("replica-cli against a hub of an app it was not built with")
+    struct UnknownAppHub {
+        @Test("the error names the hub's socket, its app, and --socket")
+        func namesSocketAndFlag() async throws {
+            let hub = try InProcessHub(WideCounterApp())
+            defer { Task { try? await hub.stop() } }
+            let (status, _, err) = try await hub.fixture.runCLI(["attach"])
+            #expect(status == 1)
+            let text = err.joined(separator: "\n")
+            #expect(text.contains(hub.fixture.socket) && text.contains("\"wide\"") && text.contains("--socket"), "\(text)")
         }
     }
 }

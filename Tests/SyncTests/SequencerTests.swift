@@ -13,7 +13,7 @@ private final class ScriptedLog: HubLog {
     init(start: LogStart = LogStart(history: "h-test")) { self.start = start }
 
     func open() throws(StorageError) -> LogStart { start }
-    func propose(_ records: [LogRecord], expectingLast: UInt64) { proposals.append((records, expectingLast)) }
+    func propose(_ records: [LogRecord], expectingLast: UInt64, epoch: Int) { proposals.append((records, expectingLast)) }
     func flush() {}
     func poll(into events: inout [LogEvent]) {
         events.append(contentsOf: pending)

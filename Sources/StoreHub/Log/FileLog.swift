@@ -157,7 +157,7 @@ package final class FileLog: HubLog {
 
     // MARK: - Proposing and committing
 
-    package func propose(_ records: [LogRecord], expectingLast: UInt64) {
+    package func propose(_ records: [LogRecord], expectingLast: UInt64, epoch: Int) {
         guard let first = records.first else { return }
         if isBroken || failure != nil || expectingLast != lastSeq + pendingCount {
             // Only the hub writes here, so a wrong expectation is the hub's own mistake; nothing

@@ -36,7 +36,10 @@ package protocol HubLog: AnyObject {
     /// - Parameters:
     ///   - records: The records, with consecutive seqs starting at `expectingLast + 1`.
     ///   - expectingLast: The seq the log must end at for the first record to be appended.
-    func propose(_ records: [LogRecord], expectingLast: UInt64)
+    ///   - epoch: The proposer's epoch: proposals of one epoch form one chain, each following
+    ///     the one before (a log that drops a proposal drops the rest of its epoch); the
+    ///     epoch changes whenever the hub starts again from its applied state.
+    func propose(_ records: [LogRecord], expectingLast: UInt64, epoch: Int)
 
     /// The group-commit point, once per pass of the event loop: makes or sends what was
     /// proposed since the last call, and runs the log's timers.
@@ -265,7 +268,7 @@ package final class MemoryLog: HubLog {
     package init(history: String = Digest.hex(UInt64.random(in: 0...UInt64.max))) { self.history = history }
 
     package func open() throws(StorageError) -> LogStart { LogStart(history: history) }
-    package func propose(_ records: [LogRecord], expectingLast: UInt64) {
+    package func propose(_ records: [LogRecord], expectingLast: UInt64, epoch: Int) {
         if let last = records.last { proposedThrough = last.seq }
     }
     package func flush() {
@@ -298,7 +301,7 @@ package final class ReplayLog: HubLog {
     package init(_ start: LogStart) { self.start = start }
 
     package func open() throws(StorageError) -> LogStart { start }
-    package func propose(_ records: [LogRecord], expectingLast: UInt64) {}
+    package func propose(_ records: [LogRecord], expectingLast: UInt64, epoch: Int) {}
     package func flush() {}
     package func poll(into events: inout [LogEvent]) {}
     package var readiness: LogReadiness? { nil }

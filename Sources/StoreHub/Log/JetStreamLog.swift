@@ -378,8 +378,8 @@ package final class JetStreamLog: HubLog {
 
     // MARK: - The contract
 
-    package func propose(_ records: [LogRecord], expectingLast: UInt64) {
-        worker.enqueue(.propose(records, expectingLast: expectingLast))
+    package func propose(_ records: [LogRecord], expectingLast: UInt64, epoch: Int) {
+        worker.enqueue(.propose(records, expectingLast: expectingLast, epoch: epoch))
     }
 
     package func flush() {}

@@ -15,7 +15,7 @@ import Synchronization
 extension JetStreamLog {
     /// What the hub's thread asks the worker to do.
     enum Command {
-        case propose([LogRecord], expectingLast: UInt64)
+        case propose([LogRecord], expectingLast: UInt64, epoch: Int)
         case snapshot(StoredSnapshot)
         case lease(from: Int, count: Int, answer: LeaseAnswer)
     }
@@ -220,8 +220,14 @@ extension JetStreamLog {
             let expectedLast: UInt64
             let expectedID: String?
             var ackSubject = ""
+            /// The number ending `ackSubject`.
+            var ackNumber = 0
+            /// The hub's epoch when it was proposed (see `handle(.propose)`).
+            var epoch = 0
             var sentAt = ContinuousClock.now
             var acknowledged = false
+            /// The stream seq its acknowledgement named (0: none yet, or not read).
+            var ackedStreamSeq: UInt64 = 0
             /// How many times it was sent: once re-sent, a refusal no longer proves that an
             /// earlier copy was not stored.
             var attempts = 0
@@ -238,6 +244,16 @@ extension JetStreamLog {
         /// The hub seq of the next record the consumer must deliver.
         var next: UInt64
         var pending: [Pending] = []
+        /// The hub epoch whose proposals are being dropped (see `handle(.propose)`).
+        var droppedEpoch: Int?
+        /// The seq the consumer was restarted at because a later record came first.
+        var gapAt: UInt64?
+        /// Deliveries held back, oldest first: the first is this hub's own oldest proposal,
+        /// read back before its acknowledgement came. A server can deliver what the stream
+        /// has not committed (a stream leader cut off from the others, on some NATS versions):
+        /// a hub applies its own proposal only once the stream's leader acknowledged it at
+        /// that seq.
+        var held: [NATSMessage] = []
         /// The last proposal sent (a proposal right after it is pipelined on it).
         var lastProposal: (seq: UInt64, id: String)?
         var facts = Facts()
@@ -294,6 +310,7 @@ extension JetStreamLog {
         private func startConsumer() throws(NATSError) {
             guard let connection else { return }
             if consumerSID != 0 { connection.unsubscribe(consumerSID) }
+            held.removeAll()
             let deliver = connection.newInbox()
             consumerSID = connection.subscribe(deliver)
             let config: JSON = ["stream_name": .string(names.stream), "config": [
@@ -310,9 +327,10 @@ extension JetStreamLog {
             connection?.close()
             connection = nil
             consumerSID = 0
+            held.removeAll()
             facts.connected = false
             if !pending.isEmpty || !inDoubt {
-                worker.post([.inDoubt(from: pending.first?.record.seq ?? next, reason: "the link to NATS dropped: \(reason)")])
+                emit([.inDoubt(from: pending.first?.record.seq ?? next, reason: "the link to NATS dropped: \(reason)")])
             }
             inDoubt = true
             nextAttempt = .now + backoff
@@ -350,8 +368,10 @@ extension JetStreamLog {
                     try? connection?.flush(timeoutMilliseconds: 1_000)
                     break
                 }
+                flushToHub()
                 if connection == nil {
                     reconnect()
+                    flushToHub()
                     if connection == nil {
                         wait(milliseconds: 50)
                         continue
@@ -369,10 +389,13 @@ extension JetStreamLog {
                     if connection.hasOutput { try connection.flush(timeoutMilliseconds: 1_000) }
                 } catch {
                     lost(error.message)
+                    flushToHub()
                     continue
                 }
                 checkTimers()
+                flushToHub()
             }
+            flushToHub()
             connection?.close()
         }
 
@@ -386,7 +409,7 @@ extension JetStreamLog {
             if let oldest = pending.first(where: { !$0.acknowledged }), now - oldest.sentAt > Self.ackTimeout {
                 if !inDoubt {
                     inDoubt = true
-                    worker.post([.inDoubt(from: oldest.record.seq, reason: "no acknowledgement from NATS within 5 s (no quorum?)")])
+                    emit([.inDoubt(from: oldest.record.seq, reason: "no acknowledgement from NATS within 5 s (no quorum?)")])
                     publishFacts()
                 }
                 if now - lastResend > Self.ackTimeout {
@@ -406,6 +429,27 @@ extension JetStreamLog {
             updateAvailability()
         }
 
+        /// Events for the hub, handed over once per turn of the loop (one lock, one wake-up).
+        private var outgoing: [LogEvent] = []
+        /// The facts changed since they were last handed over.
+        private var factsChanged = false
+
+        private func emit(_ events: [LogEvent]) { outgoing.append(contentsOf: events) }
+
+        /// Hands the turn's events and facts to the hub.
+        private func flushToHub() {
+            if !outgoing.isEmpty {
+                worker.post(outgoing)
+                outgoing.removeAll(keepingCapacity: true)
+            }
+            if factsChanged {
+                factsChanged = false
+                facts.readSeq = next - 1
+                facts.inDoubt = inDoubt
+                worker.publish(facts: facts, available: connection != nil && !inDoubt && catchUpTarget == nil)
+            }
+        }
+
         private func updateAvailability() {
             if inDoubt, connection != nil, pending.allSatisfy({ $0.acknowledged }), catchUpTarget == nil {
                 inDoubt = false
@@ -414,22 +458,25 @@ extension JetStreamLog {
             publishFacts()
         }
 
-        private func publishFacts() {
-            facts.readSeq = next - 1
-            facts.inDoubt = inDoubt
-            worker.publish(facts: facts, available: connection != nil && !inDoubt && catchUpTarget == nil)
-        }
+        private func publishFacts() { factsChanged = true }
 
         // MARK: Commands
 
         private func handle(_ command: Command) {
             switch command {
-            case .propose(let records, let expectingLast):
+            case .propose(let records, let expectingLast, let epoch):
                 // Proposed before the hub read records this worker has already delivered (the
                 // first one's seq is taken): the hub voids them when it reads those records.
                 // Sent, they could only be refused, and a refusal that reached the hub after it
-                // had moved on would void its newer proposals; so they are dropped here.
-                if let first = records.first, first.seq < next { break }
+                // had moved on would void its newer proposals; so they are dropped here, and so
+                // is the rest of their epoch (each built on the state the dropped one made:
+                // sent, a later one could be stored on top of a record that is not its
+                // predecessor, with a checkpoint digest of a state that never was).
+                if droppedEpoch == epoch { break }
+                if let first = records.first, first.seq < next {
+                    droppedEpoch = epoch
+                    break
+                }
                 var expected = expectingLast
                 for record in records {
                     // Pipelined on the proposal sent right before it: that one must be the last
@@ -438,6 +485,7 @@ extension JetStreamLog {
                     let previous = lastProposal.flatMap { $0.seq == expected ? $0.id : nil }
                     var item = Pending(record: record, payload: record.body, msgID: msgID(for: record),
                                        expectedLast: expected, expectedID: previous)
+                    item.epoch = epoch
                     send(&item)
                     pending.append(item)
                     lastProposal = (record.seq, item.msgID)
@@ -448,7 +496,7 @@ extension JetStreamLog {
             case .lease(let from, let count, .waiter):
                 worker.finishLease(lease(from: from, count: count))
             case .lease(let from, let count, .event):
-                worker.post([.replicaIDs(lease(from: from, count: count))])
+                emit([.replicaIDs(lease(from: from, count: count))])
             }
         }
 
@@ -475,6 +523,7 @@ extension JetStreamLog {
             guard let connection else { return }
             ackCounter += 1
             item.ackSubject = connection.inboxPrefix + ".a." + String(ackCounter)
+            item.ackNumber = ackCounter
             item.sentAt = .now
             item.attempts += 1
             var headers = NATSHeaders([("Nats-Msg-Id", item.msgID), ("Nats-Expected-Last-Sequence", String(item.expectedLast + 1))])
@@ -507,44 +556,149 @@ extension JetStreamLog {
         }
 
         private func delivered(_ message: NATSMessage) {
+            guard held.isEmpty else {
+                held.append(message)
+                return
+            }
+            // $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending> (or the
+            // 12-token form): the stream seq and how many records follow it.
+            let tokens = message.reply.map(Self.ackTokens) ?? []
+            let streamSeqToken = tokens.count >= 12 ? 7 : 5
+            if let pendingCount = tokens.last, tokens.count > streamSeqToken {
+                facts.streamLast = max(facts.streamLast, tokens[streamSeqToken] &- 1 &+ pendingCount)
+            }
+            // This hub's own oldest proposal read back: the same bytes at its seq. It is
+            // applied from the hub's copy, so the record is not decoded again.
+            if let first = pending.first, tokens.count > streamSeqToken, tokens[streamSeqToken] == first.record.seq + 1,
+               first.record.seq == next, message.subject == names.actions, message.payload == first.payload {
+                guard first.acknowledged else {
+                    held.append(message)
+                    return
+                }
+                guard first.ackedStreamSeq == 0 || first.ackedStreamSeq == first.record.seq + 1 else {
+                    // The stream's leader stored it elsewhere: this server's copy is not the stream's.
+                    readAgain(because: "a NATS server delivered seq \(first.record.seq) as this hub's proposal, which the stream stored at seq \(first.ackedStreamSeq - 1)")
+                    return
+                }
+                next += 1
+                pending.removeFirst()
+                if facts.firstSeq == 0 { facts.firstSeq = first.record.seq }
+                emit([.accepted(through: first.record.seq)])
+                if let target = catchUpTarget, next > target { catchUpTarget = nil }
+                updateAvailability()
+                return
+            }
             let record: LogRecord
             do throws(StorageError) {
                 guard let decoded = try JetStreamLog.record(from: message, names: names) else { return }
                 record = decoded
             } catch {
-                worker.post([.broken(error)])
+                emit([.broken(error)])
                 return
-            }
-            if let pendingCount = message.reply?.split(separator: ".").last.flatMap({ UInt64($0) }) {
-                facts.streamLast = max(facts.streamLast, record.seq + pendingCount)
             }
             guard record.seq == next else {
                 if record.seq > next {
+                    if gapAt == next {
+                        // Read again from `next`, the stream still starts later: it was trimmed
+                        // past this hub (cut off while the others published a snapshot and
+                        // trimmed). It cannot go on from here; a restart starts it from the
+                        // shared snapshot.
+                        emit([.broken(StorageError("the stream \(names.stream) no longer holds action seq \(next) (its oldest is \(record.seq)): other hubs trimmed it (--retain-actions) while this hub was behind; restart this hub — it starts from the shared snapshot"))])
+                        return
+                    }
                     // Something was skipped (the consumer restarted further on, or the stream
                     // was trimmed): read again from where this hub is.
+                    gapAt = next
                     do throws(NATSError) { try startConsumer() } catch { lost(error.message) }
                 }
                 return
             }
-            next += 1
-            if facts.firstSeq == 0 { facts.firstSeq = record.seq }
+            gapAt = nil
             if let first = pending.first, first.record.seq == record.seq {
                 if first.record.origin == record.origin, first.record.id == record.id {
+                    guard first.acknowledged else {
+                        held.append(message)
+                        return
+                    }
+                    guard first.ackedStreamSeq == 0 || first.ackedStreamSeq == first.record.seq + 1 else {
+                        readAgain(because: "a NATS server delivered seq \(first.record.seq) as this hub's proposal, which the stream stored at seq \(first.ackedStreamSeq - 1)")
+                        return
+                    }
                     pending.removeFirst()
                 } else {
                     // Another hub's record took the seq of this hub's oldest proposal: every
-                    // proposal in flight is void.
+                    // proposal in flight is void, and so are those of its epoch still to come.
+                    droppedEpoch = first.epoch
                     pending.removeAll()
                     lastProposal = nil
                 }
             }
-            worker.post([.appended(record)])
+            next += 1
+            if facts.firstSeq == 0 { facts.firstSeq = record.seq }
+            emit([.appended(record)])
             if let target = catchUpTarget, next > target { catchUpTarget = nil }
             updateAvailability()
         }
 
+        /// The decimal number right after the first `key` in `bytes` (0 when there is none).
+        static func number(after key: StaticString, in bytes: [UInt8]) -> UInt64 {
+            let needle = UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount)
+            guard needle.count <= bytes.count else { return 0 }
+            var index = 0
+            while index + needle.count <= bytes.count {
+                if bytes[index..<(index + needle.count)].elementsEqual(needle) {
+                    var value: UInt64 = 0
+                    var position = index + needle.count
+                    while position < bytes.count, bytes[position] == UInt8(ascii: " ") { position += 1 }
+                    while position < bytes.count, bytes[position] >= UInt8(ascii: "0"), bytes[position] <= UInt8(ascii: "9") {
+                        value = value &* 10 &+ UInt64(bytes[position] - UInt8(ascii: "0"))
+                        position += 1
+                    }
+                    return value
+                }
+                index += 1
+            }
+            return 0
+        }
+
+        /// Whether `bytes` contain `text`'s UTF-8 bytes.
+        static func contains(_ bytes: [UInt8], _ text: StaticString) -> Bool {
+            let needle = UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
+            guard needle.count <= bytes.count, let first = needle.first else { return false }
+            var index = 0
+            while index + needle.count <= bytes.count {
+                if bytes[index] == first, bytes[index..<(index + needle.count)].elementsEqual(needle) { return true }
+                index += 1
+            }
+            return false
+        }
+
+        /// The numeric tokens of a `$JS.ACK…` reply subject (non-numbers as 0), read from bytes.
+        static func ackTokens(_ reply: String) -> [UInt64] {
+            var tokens: [UInt64] = []
+            tokens.reserveCapacity(12)
+            var value: UInt64 = 0
+            for byte in reply.utf8 {
+                if byte == UInt8(ascii: ".") {
+                    tokens.append(value)
+                    value = 0
+                } else if byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") {
+                    value = value &* 10 &+ UInt64(byte - UInt8(ascii: "0"))
+                }
+            }
+            tokens.append(value)
+            return tokens
+        }
+
         private func acknowledged(_ message: NATSMessage) {
-            guard let index = pending.firstIndex(where: { $0.ackSubject == message.subject }) else { return }
+            // The subject ends in the number the copy was sent with; acks mostly come in order.
+            var number = 0, scale = 1
+            for byte in message.subject.utf8.reversed() {
+                guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9"), scale < 1_000_000_000_000 else { break }
+                number += Int(byte - UInt8(ascii: "0")) * scale
+                scale *= 10
+            }
+            guard let index = pending.firstIndex(where: { $0.ackNumber == number }), pending[index].ackSubject == message.subject else { return }
             let item = pending[index]
             if message.headers?.status == 503 {
                 // No server took this copy. If it is the only one, nothing was stored; a copy
@@ -552,6 +706,14 @@ extension JetStreamLog {
                 // again until the stream answers for it).
                 guard item.attempts == 1 else { return }
                 void(from: index, .failed(from: item.record.seq, StorageError("no NATS server stored it: the stream \(names.stream) has no leader (no quorum?)")))
+                return
+            }
+            // The common answer, {"stream":"S", "seq":N}, needs no parsing.
+            if !Self.contains(message.payload, #""error""#), !Self.contains(message.payload, #""duplicate""#) {
+                pending[index].acknowledged = true
+                pending[index].ackedStreamSeq = Self.number(after: #""seq":"#, in: message.payload)
+                releaseHeld()
+                updateAvailability()
                 return
             }
             guard let json = try? JSON(parsing: message.payload) else { return }
@@ -574,21 +736,48 @@ extension JetStreamLog {
                 let original = UInt64(max(1, json["seq"]?.intValue ?? 1)) - 1
                 if original == item.record.seq {
                     pending[index].acknowledged = true
+                    pending[index].ackedStreamSeq = original + 1
+                    releaseHeld()
                 } else {
                     void(from: index, .conflict(from: item.record.seq, logLast: max(original, item.expectedLast)))
                 }
                 return
             }
             pending[index].acknowledged = true
+            pending[index].ackedStreamSeq = UInt64(max(0, json["seq"]?.intValue ?? 0))
+            releaseHeld()
             updateAvailability()
+        }
+
+        /// Goes on with the deliveries held for the oldest proposal's acknowledgement.
+        private func releaseHeld() {
+            guard !held.isEmpty, pending.first?.acknowledged ?? true else { return }
+            let messages = held
+            held.removeAll()
+            for message in messages { delivered(message) }
+        }
+
+        /// Drops what was read from `next` on and reads it again from the stream (with a new
+        /// consumer), when what a server delivered is not what the stream's leader answered.
+        private func readAgain(because reason: String) {
+            worker.note("hubd: warning: \(reason); reading the stream again from seq \(next)")
+            do throws(NATSError) { try startConsumer() } catch { lost(error.message) }
         }
 
         /// Forgets the proposals from `index` on (the log refused the first of them, so the
         /// rest, expecting it, are refused too) and tells the hub.
         private func void(from index: Int, _ event: LogEvent) {
+            // The hub voids everything from here on and starts a new epoch: proposals of this
+            // one still on their way were built on the voided ones.
+            droppedEpoch = pending[index].epoch
             pending.removeSubrange(index...)
+            if index == 0, !held.isEmpty {
+                // The server delivered, as this hub's proposal, what the stream's leader then
+                // refused (or would not answer for): read that seq again.
+                readAgain(because: "the stream did not take the proposal at seq \(next) that a NATS server had delivered")
+            }
             lastProposal = nil
-            worker.post([event])
+            emit([event])
             updateAvailability()
         }
 
@@ -636,6 +825,23 @@ extension JetStreamLog {
             let chunkSize = max(4096, min(256 << 10, connection.maxPayload - 1024))
             let tag = "\(snapshot.seq).\(runID)"
             do throws(NATSError) {
+                // The newest head now. Ours is written only if it is still the newest when ours
+                // comes (another hub's snapshot, published meanwhile, wins and ours is dropped):
+                // a head's writer then purges only chunks older than its own, never chunks a
+                // newer head needs.
+                var headSubjectSeq: UInt64 = 0
+                if let answer = try? connection.jetStream("STREAM.MSG.GET." + names.meta, ["last_by_subj": .string(names.head)]),
+                   let message = answer["message"], let seq = message["seq"]?.intValue {
+                    headSubjectSeq = UInt64(seq)
+                    if let data = message["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }),
+                       let json = try? JSON(parsing: [UInt8](data)), json["history"]?.stringValue == history,
+                       let newest = json["seq"]?.intValue, UInt64(newest) >= snapshot.seq {
+                        // Another hub published one as new or newer.
+                        facts.sharedSnapshotSeq = max(facts.sharedSnapshotSeq, UInt64(newest))
+                        publishFacts()
+                        return
+                    }
+                }
                 var first: UInt64 = 0
                 var chunks = 0
                 var offset = 0
@@ -654,8 +860,12 @@ extension JetStreamLog {
                 } while offset < body.count
                 let head: JSON = ["seq": JSON(snapshot.seq), "digest": .string(snapshot.digest), "history": .string(history),
                                   "chunks": JSON(chunks), "first": JSON(first), "bytes": JSON(body.count), "tag": .string(tag)]
-                let reply = try connection.request(names.head, payload: head.canonicalBytes)
-                guard let ack = try? JSON(parsing: reply.payload), ack["error"] == nil, let headSeq = ack["seq"]?.intValue else { return }
+                let reply = try connection.request(names.head, payload: head.canonicalBytes,
+                                                   headers: NATSHeaders([("Nats-Expected-Last-Subject-Sequence", String(headSubjectSeq))]))
+                guard let ack = try? JSON(parsing: reply.payload), ack["error"] == nil, let headSeq = ack["seq"]?.intValue else {
+                    // Another hub's head came first: its writer purges these chunks with the rest.
+                    return
+                }
                 facts.sharedSnapshotSeq = snapshot.seq
                 // Older snapshots go; the newest stays.
                 _ = try? connection.jetStream("STREAM.PURGE." + names.meta, ["filter": .string(names.chunks), "seq": JSON(first)])

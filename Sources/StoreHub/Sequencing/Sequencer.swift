@@ -131,7 +131,7 @@ final class Sequencer {
         let expecting = proposer.seq
         let (outcome, record) = proposer.propose(action, id: id, origin: origin, session: session,
                                                  snapshotDigest: { speculativeSnapshot().digest })
-        if let record { log.propose([record], expectingLast: expecting) }
+        if let record { log.propose([record], expectingLast: expecting, epoch: proposer.epoch) }
         return outcome
     }
 

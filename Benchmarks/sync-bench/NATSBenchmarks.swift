@@ -1,0 +1,141 @@
+import BuiltinApps
+import Foundation
+import NATSClient
+import StoreHub
+import SyncCore
+import SyncPOSIX
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A `nats-server -js` of the bench's own, on a free loopback port with a temporary store.
+final class BenchNATS {
+    let process = Process()
+    let port: Int
+    let directory: String
+
+    /// Starts one, or returns `nil` when `nats-server` is not installed.
+    init?() throws {
+        guard let path = findOnPath("nats-server") else { return nil }
+        port = try Self.freePort()
+        directory = NSTemporaryDirectory() + "sync-bench-nats-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", directory]
+        process.standardError = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let deadline = ContinuousClock.now + .seconds(10)
+        while true {
+            if let fd = try? TCPSocket.connect(host: "127.0.0.1", port: port, timeoutMilliseconds: 200) {
+                UnixSocket.close(fd)
+                break
+            }
+            guard ContinuousClock.now < deadline else { throw SystemError("nats-server did not start on port \(port)") }
+            usleep(20_000)
+        }
+    }
+
+    /// `nats://127.0.0.1:PORT/STREAM` for a stream of this name.
+    func url(stream: String) -> String { "nats://127.0.0.1:\(port)/\(stream)" }
+
+    func stop() {
+        process.terminate()
+        process.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard ok else { throw SystemError("no free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// A hub configuration on a stream of `nats`.
+func sharedLog(_ nats: BenchNATS, stream: String) throws -> SharedLogConfiguration {
+    switch SharedLogConfiguration.parse(nats.url(stream: stream)) {
+    case .success(let configuration): return configuration
+    case .failure(let error): throw SystemError(error.message)
+    }
+}
+
+/// `nats.publish`: the in-run baseline of the shared log. Envelope-sized messages published
+/// to a JetStream stream by the hub's own NATS client, without expectations or message ids,
+/// with at most `window` unacknowledged: acknowledged messages per second.
+func natsPublishBaseline(_ nats: BenchNATS, messages: Int, window: Int = dispatchWindow * 4) throws -> Result {
+    let connection = try NATSConnection.connect(servers: ["127.0.0.1:\(nats.port)"], name: "sync-bench")
+    defer { connection.close() }
+    let stream = "BASE\(UInt32.random(in: 0...UInt32.max))"
+    _ = try connection.jetStream("STREAM.CREATE." + stream, [
+        "name": .string(stream), "subjects": .array([.string("bench.\(stream)")]), "storage": "file",
+        "num_replicas": 1, "retention": "limits", "discard": "old",
+    ])
+    let payload = try benchEnvelope()
+    let acks = connection.newInbox()
+    let sid = connection.subscribe(acks + ".*")
+    try connection.flush()
+    var sent = 0, acknowledged = 0
+    let start = ContinuousClock.now
+    while acknowledged < messages {
+        while sent < messages, sent - acknowledged < window {
+            connection.publish("bench.\(stream)", reply: acks + "." + String(sent), payload: payload)
+            sent += 1
+        }
+        try connection.flush()
+        for message in try connection.read(timeoutMilliseconds: 1_000) where message.sid == sid {
+            acknowledged += 1
+        }
+    }
+    let elapsed = nanoseconds(ContinuousClock.now - start)
+    _ = try? connection.jetStream("STREAM.DELETE." + stream, nil)
+    return Result(scenario: "nats.publish", params: [("window", JSON(window)), ("replicas", 1)],
+                  metrics: [("messages_per_s", Double(messages) / elapsed * 1e9), ("messages", Double(messages))])
+}
+
+/// `hub.throughput` with `log: nats`: `hubs` hubs on one stream of `nats`, `replicas` worker
+/// processes spread over them (worker i on hub i mod hubs), each dispatching its share with
+/// ``dispatchWindow`` of its own outstanding; the clock stops when every worker has applied
+/// every action.
+func hubThroughputNATS(_ nats: BenchNATS, hubs count: Int, replicas: Int, actions: Int) throws -> Result {
+    let stream = "BENCH\(UInt32.random(in: 0...UInt32.max))"
+    let configuration = try sharedLog(nats, stream: stream)
+    var hubs: [BenchHub] = []
+    defer { hubs.forEach { $0.stop() } }
+    for _ in 0..<count {
+        hubs.append(try BenchHub { $0.sharedLog = configuration })
+    }
+    let share = actions / replicas
+    let total = share * replicas
+    let workers = try (0..<replicas).map { index in
+        try WorkerProcess(socket: hubs[index % hubs.count].socket, count: share, total: total, window: dispatchWindow)
+    }
+    defer { workers.forEach { $0.kill() } }
+    for worker in workers {
+        guard worker.readLine()?.hasPrefix("ready") == true else { throw SystemError("a worker failed to attach") }
+    }
+    let start = ContinuousClock.now
+    for worker in workers { worker.send("go") }
+    var digests: Set<String> = []
+    for worker in workers {
+        guard let line = worker.readLine(), line.hasPrefix("done") else { throw SystemError("a worker failed") }
+        digests.insert(String(line.split(separator: " ").last ?? ""))
+    }
+    let elapsed = nanoseconds(ContinuousClock.now - start)
+    for worker in workers { worker.finish() }
+    guard digests.count == 1 else { throw SystemError("replicas disagree: \(digests)") }
+    return Result(scenario: "hub.throughput",
+                  params: [("replicas", JSON(replicas)), ("app", "json"), ("fsync", "nats"), ("hubs", JSON(count)),
+                           ("stalled", 0), ("window", JSON(dispatchWindow))],
+                  metrics: [("actions_per_s", Double(total) / elapsed * 1e9), ("actions", Double(total))])
+}
