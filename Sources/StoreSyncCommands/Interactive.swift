@@ -119,10 +119,11 @@ struct Interactive<App: SyncApp> {
         do {
             command = try replica.app.command(line)
         } catch {
+            let message = AppCodingError.message(of: error)
             if json {
-                Console.out(JSON.object(["type": "error", "error": WireError(.badAction, error.message).json]).canonicalString)
+                Console.out(JSON.object(["type": "error", "error": WireError(.badAction, message).json]).canonicalString)
             } else {
-                Console.out("error: \(error.message)")
+                Console.out("error: \(message)")
             }
             return
         }

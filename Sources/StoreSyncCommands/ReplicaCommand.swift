@@ -53,6 +53,11 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
       status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
                              attached replicas). With --json print the hub's status message.
 
+    ANY HUB: without --app, state, watch, dispatch and status also work with a hub whose app
+    this program was not built with, as raw canonical JSON (the app is taken from the hub):
+    state prints the hub's state, dispatch takes JSON actions only (the hub validates them),
+    watch prints each action and ends when the hub goes (exit 1). attach needs the app built in.
+
     OPTIONS:
       --socket PATH[,PATH…]  The hub's socket. Default: $STORESYNC_SOCKET, else
                              $XDG_RUNTIME_DIR/storesync/hub.sock, else ${TMPDIR:-/tmp}/storesync-UID/hub.sock.
@@ -204,10 +209,15 @@ public enum ReplicaCommand {
                 }
                 appName = status.app
             }
+            if let name = appName, app(named: name) == nil, options.app == nil, command != "attach" {
+                // Any hub can be read and written as raw JSON; only attach needs the reducer.
+                try GenericClient.run(app: name, over: connection, command: command, options: options)
+                return
+            }
             guard let name = appName, let app = app(named: name) else {
                 if options.app == nil {
                     // The hub's app, learned from its status: say which hub, and how to pick another.
-                    fail("the hub at \(connection.path) serves app \"\(appName ?? "")\", which \(ReplicaCommand.program) does not know (it knows \(names)); point it at your app's hub with --socket PATH", status: 1)
+                    fail("the hub at \(connection.path) serves app \"\(appName ?? "")\", which \(ReplicaCommand.program) does not know (it knows \(names)); attach needs the app built in (state, watch and dispatch work with any hub); run your app's own CLI, or point this one at another hub with --socket PATH", status: 1)
                 }
                 fail("unknown app \"\(appName ?? "")\"; \(ReplicaCommand.program) knows \(names)", status: 2)
             }
@@ -301,7 +311,7 @@ public enum ReplicaCommand {
                 fail("\"\(text)\" runs locally and only in attach mode; use \(ReplicaCommand.program) attach", status: 2)
             }
         } catch {
-            fail("\(text): \(error.message)", status: 2)
+            fail("\(text): \(AppCodingError.message(of: error))", status: 2)
         }
     }
 

@@ -66,10 +66,15 @@ public protocol SyncApp: Reducer where State: Sendable, Action: Sendable {
 
     /// Parses one line a person typed into `replica-cli` (JSON or the app's shorthand).
     ///
+    /// The requirement is declared with plain `throws`, so that an implementation written with
+    /// `throws`, `throws(AppCodingError)` or no `throws` at all is the one called (a near miss
+    /// cannot compile as an unrelated overload beside the default). Throw ``AppCodingError``
+    /// to give the user a message; any other error is shown with `String(describing:)`.
+    ///
     /// - Parameter line: The line, without its newline.
     /// - Returns: A wire action, or local work (a thunk) to run in the typing replica.
     /// - Throws: ``AppCodingError`` saying what was expected.
-    func command(_ line: String) throws(AppCodingError) -> AppCommand<State, Action>
+    func command(_ line: String) throws -> AppCommand<State, Action>
 }
 
 /// What a typed command asks for.
@@ -93,6 +98,15 @@ public struct AppCodingError: Error, Sendable, Equatable, CustomStringConvertibl
 
     /// The message.
     public var description: String { message }
+
+    /// What to show for an error a command parser threw: an ``AppCodingError``'s message,
+    /// any other error as `String(describing:)`.
+    ///
+    /// - Parameter error: The error.
+    /// - Returns: One line for the user.
+    public static func message(of error: any Error) -> String {
+        (error as? AppCodingError)?.message ?? String(describing: error)
+    }
 }
 
 extension SyncApp {

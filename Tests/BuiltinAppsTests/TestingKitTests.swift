@@ -82,3 +82,47 @@ struct Seed004Colors: SyncApp {
     func describe(_ failure: Never) -> String {}
     func command(_ line: String) throws(AppCodingError) -> AppCommand<[String], Action> { .action(encodeAction(.pickSomeColor)) }
 }
+
+/// An app whose shorthand hook is written with plain `throws` (once a silent near miss: it
+/// compiled beside the default and was never called).
+struct PlainThrowsApp: SyncApp {
+    enum Action: Sendable { case bump }
+    static let name = "plain"
+    static let version = "1"
+    var initialState: Int { 0 }
+    func reduce(into state: inout Int, action: Action) { state += 1 }
+    func decodeAction(_ json: JSON) throws(AppCodingError) -> Action { .bump }
+    func encodeAction(_ action: Action) -> JSON { ["type": "bump"] }
+    func encodeState(_ state: Int) -> JSON { JSON(state) }
+    func decodeState(_ json: JSON) throws(AppCodingError) -> Int { json.intValue ?? 0 }
+    func describe(_ failure: Never) -> String {}
+    struct NotAWord: Error {}
+    func command(_ line: String) throws -> AppCommand<Int, Action> {
+        guard line == "bump" else { throw NotAWord() }
+        return .action(encodeAction(.bump))
+    }
+}
+
+@Suite("The shorthand hook")
+struct ShorthandHookTests {
+    /// Calls the hook the way replica-cli does: through the protocol.
+    func viaProtocol<App: SyncApp>(_ app: App, _ line: String) throws -> AppCommand<App.State, App.Action> {
+        try app.command(line)
+    }
+
+    @Test("a hook written with plain throws is the one replica-cli calls")
+    func plainThrowsIsCalled() throws {
+        guard case .action(let wire) = try viaProtocol(PlainThrowsApp(), "bump") else {
+            Issue.record("expected an action")
+            return
+        }
+        #expect(wire == ["type": "bump"])
+        #expect(throws: PlainThrowsApp.NotAWord.self) { try viaProtocol(PlainThrowsApp(), "jump") }
+        // The default (no hook) still takes JSON.
+        guard case .action(let json) = try viaProtocol(JSONApp(), #"{"type":"remove","path":"/a"}"#) else {
+            Issue.record("expected an action")
+            return
+        }
+        #expect(json["type"] == "remove")
+    }
+}

@@ -665,5 +665,29 @@ extension MultiProcessTests {
             let text = err.joined(separator: "\n")
             #expect(text.contains(hub.fixture.socket) && text.contains("\"wide\"") && text.contains("--socket"), "\(text)")
         }
+
+        @Test("state, dispatch and watch work with any hub, as raw JSON, without the app built in")
+        func genericClient() async throws {
+            let hub = try InProcessHub(WideCounterApp())
+            defer { Task { try? await hub.stop() } }
+            let watcher = try hub.fixture.cli(["watch"])
+            try await waitUntil("watch to attach") { try HubStatusProbe.status(hub.fixture.socket).replicas.count == 1 }
+            let sent = try await hub.fixture.runCLI(["dispatch", #"{"type":"add","amount":5}"#, #"{"type":"add","amount":2}"#])
+            #expect(sent.status == 0 && sent.out == ["1", "2"], "\(sent)")
+            let state = try await hub.fixture.runCLI(["state"])
+            #expect(state.out == [#"{"total":7}"#], "\(state)")
+            let pointed = try await hub.fixture.runCLI(["state", "--json", "--pointer", "/total"])
+            let json = try JSON(parsing: pointed.out.first ?? "")
+            #expect(json["state"] == 7 && json["seq"] == 2 && json["digest"]?.stringValue?.count == 16, "\(pointed)")
+            _ = try await watcher.waitForLine("the second action") { $0.contains(#""seq":2"#) }
+            #expect(watcher.lines.first == #"{"action":{"amount":5,"type":"add"},"id":1,"origin":2,"seq":1}"#, "\(watcher.lines)")
+            // The hub still validates: a refusal is reported with its code, exit 1.
+            let refused = try await hub.fixture.runCLI(["dispatch", #"{"type":"jump"}"#])
+            #expect(refused.status == 1 && refused.err.joined().contains("bad-action"), "\(refused)")
+            let usage = try await hub.fixture.runCLI(["dispatch", "add 5"])
+            #expect(usage.status == 2, "\(usage)")
+            watcher.signal(SIGTERM)
+            #expect(try await watcher.waitForExit() == 0)
+        }
     }
 }
