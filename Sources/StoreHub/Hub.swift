@@ -112,7 +112,8 @@ public final class Hub<App: SyncApp>: Sendable {
         let started = ContinuousClock.now
         let sequencer = try Sequencer(engine: engine, log: log, snapshotEvery: configuration.snapshotEvery,
                                       backlogActions: configuration.retainedActions, backlogBytes: configuration.backlogBytes,
-                                      checkpointEvery: configuration.checkpointEvery, dedupWindow: configuration.dedupWindow,
+                                      checkpointEvery: configuration.checkpointEvery, checkpointInterval: configuration.checkpointInterval,
+                                      dedupWindow: configuration.dedupWindow,
                                       note: note)
         if let start = sequencer.recoveredFrom, !(log is MemoryLog) {
             let elapsed = ContinuousClock.now - started

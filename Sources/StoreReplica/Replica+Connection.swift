@@ -29,10 +29,25 @@ extension Replica {
     private func readLoop(decoder: inout FrameDecoder, upstream: Upstream) -> ReplicaError {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
         defer { buffer.deallocate() }
+        var lastCheck = ContinuousClock.now
+        var checkedSeq = lastSeq.load(ordering: .relaxed)
         while true {
             var resumeSynced = false
             if let failure = frameHandler(self, &decoder, &resumeSynced) { return failure }
             if resumeSynced { completeResume() }
+            // While actions flow, compare digests with the hub about once per interval: a
+            // replica whose reducer differs finds out within about that long, not at the next
+            // checkpoint (every 10 000 actions by default).
+            let seq = lastSeq.load(ordering: .relaxed)
+            if seq != checkedSeq, let interval = Self.digestCheckInterval {
+                let now = ContinuousClock.now
+                if now - lastCheck >= interval {
+                    lastCheck = now
+                    checkedSeq = seq
+                    shared.withLock { $0.statusWaiters.append(nil) }
+                    _ = upstream.send(.status)
+                }
+            }
             switch UnixSocket.read(upstream.fd, into: buffer) {
             case .bytes(let count):
                 decoder.append(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
@@ -88,7 +103,7 @@ extension Replica {
             }
             return (shared.statusWaiters, shared.syncWaiters, shared.observers)
         } }
-        for waiter in statusWaiters { waiter.resume(throwing: failure) }
+        for waiter in statusWaiters { waiter?.resume(throwing: failure) }
         for waiter in syncWaiters { waiter.resume(throwing: failure) }
         if case .diverged(let why) = reason {
             Console.error("StoreReplica: diverged from the hub at seq \(seq): \(why); re-hydrating from the hub's state")
@@ -200,6 +215,12 @@ extension Replica {
     /// The `sync` id that marks the end of a resume's replay.
     @usableFromInline static var resumeSyncID: DispatchID { .string("storesync-resume") }
 
+    /// How often, at most, the reader asks the hub for its digest while actions flow, to
+    /// compare with its own at the same seq (`status`, answered in order); a difference is a
+    /// divergence, healed by re-hydrating like a failed checkpoint. Costs the hub one digest
+    /// of its state per replica per interval while actions flow.
+    static var digestCheckInterval: Duration? { .seconds(1) }
+
     /// After a resume's replay (its `sync` came back): re-sends what is still pending and
     /// reports the link as back.
     private func completeResume() {
@@ -268,7 +289,7 @@ extension Replica {
         for entry in unanswered where !entry.pending.awaited {
             reportFailure(neverAnswered, entry.pending.json)
         }
-        for waiter in ended.statusWaiters { waiter.resume(throwing: failure) }
+        for waiter in ended.statusWaiters { waiter?.resume(throwing: failure) }
         for waiter in ended.syncWaiters { waiter.resume(throwing: failure) }
         for observer in ended.observers { observer.callback(.disconnected(reason)) }
         for waiter in ended.closeWaiters { waiter.resume(returning: reason) }

@@ -118,8 +118,17 @@ extension Replica {
             if let ack { deliveries.steps.append(.refused(ack, ReplicaError.rejected(error))) }
             if !observers.isEmpty { deliveries.steps.append(.event(observers, .rejected(id: id, error: error))) }
         case .status(let status):
-            if let waiter = shared.withLock({ $0.statusWaiters.isEmpty ? nil : $0.statusWaiters.removeFirst() }) {
-                deliveries.steps.append(.status(waiter, status))
+            // `.some(nil)`: the reader's own digest check; `nil`: nobody asked.
+            let waiter: CheckedContinuation<HubStatus, any Error>?? = shared.withLock { shared in
+                shared.statusWaiters.isEmpty ? .none : .some(shared.statusWaiters.removeFirst())
+            }
+            if case .some(.some(let caller)) = waiter { deliveries.steps.append(.status(caller, status)) }
+            // Answered in order: every action up to `status.seq` was applied here just before.
+            if case .some(.none) = waiter, status.seq == lastSeq.load(ordering: .relaxed) {
+                let local = app.digest(of: store.unobservedState)
+                if local != status.digest {
+                    return .diverged("at seq \(status.seq) this replica's state digest is \(local), the hub's is \(status.digest): a reducer is not deterministic (a clock, a random value or a global read inside it), or the two sides run different code (a changed reducer needs a new app version)")
+                }
             }
         case .synced(_, let id?) where id == Self.resumeSyncID:
             resumeSynced = true

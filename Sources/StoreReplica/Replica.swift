@@ -143,7 +143,9 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         /// Dispatches, the link, the history: every decision about them is a method of this.
         @usableFromInline var ledger: ReplicaLedger
         @usableFromInline var acks: [DispatchID: CheckedContinuation<UInt64, any Error>] = [:]
-        @usableFromInline var statusWaiters: [CheckedContinuation<HubStatus, any Error>] = []
+        /// Callers of ``status()``, in request order; `nil` is the reader's own digest check
+        /// (see ``digestCheckInterval``).
+        @usableFromInline var statusWaiters: [CheckedContinuation<HubStatus, any Error>?] = []
         @usableFromInline var syncWaiters: [CheckedContinuation<UInt64, any Error>] = []
         var closeWaiters: [CheckedContinuation<ReplicaError, Never>] = []
         @usableFromInline var observers: [Observer] = []

@@ -58,7 +58,8 @@ public enum HubCommand {
                         [--data-dir DIR [--fsync MODE] [--snapshot-every N] [--dedup-window N]]
                         [--log file:DIR | --log nats://[USER:PASS@]HOST:PORT[,HOST:PORT…]/STREAM
                          [--nats-replicas N] [--retain-actions N]]
-                        [--backlog-bytes N] [--checkpoint-every N] [--idle-timeout SECONDS]
+                        [--backlog-bytes N] [--checkpoint-every N] [--checkpoint-interval SECONDS]
+                        [--idle-timeout SECONDS]
                         [--welcome-timeout SECONDS] [--check-determinism]
                         [--max-frame-bytes N] [--max-queue-bytes N]
                    \(program) --check-data DIR [--repair]
@@ -134,6 +135,12 @@ public enum HubCommand {
                                      send every replica a checkpoint with the state's digest; a
                                      replica that differs re-hydrates by itself. Costs one digest of
                                      the whole state per N actions. 0 sends none.
+              --checkpoint-interval SECONDS
+                                     Also send a checkpoint after the first action once this long
+                                     has passed since the last one (decimals allowed; default 0:
+                                     by seq only), for clients that only check checkpoints. The
+                                     Swift library's replicas (replica-cli) need none: they compare
+                                     digests with the hub about once a second while actions flow.
               --idle-timeout SECONDS A connection that has not attached and sends no complete frame
                                      (hello, status, sync) for this long, or that holds half a frame
                                      this long, gets error timeout and is closed (default \(D.idleTimeoutSeconds)).
@@ -201,6 +208,7 @@ public enum HubCommand {
         var checkDeterminism = false
         var backlogBytes: Int?
         var checkpointEvery: Int?
+        var checkpointInterval: Duration?
         var idleTimeout: Duration?
         var welcomeTimeout: Duration?
         var maxClients: Int?
@@ -232,7 +240,7 @@ public enum HubCommand {
 
         let flags = ["--app", "--socket", "--socket-mode", "--socket-group", "--allow-uid", "--max-clients", "--data-dir",
                      "--log", "--nats-replicas", "--retain-actions", "--fsync", "--snapshot-every", "--dedup-window",
-                     "--backlog-bytes", "--checkpoint-every", "--idle-timeout", "--welcome-timeout", "--check-determinism",
+                     "--backlog-bytes", "--checkpoint-every", "--checkpoint-interval", "--idle-timeout", "--welcome-timeout", "--check-determinism",
                      "--max-frame-bytes", "--max-queue-bytes", "--check-data", "--repair", "--list-apps", "--version", "--help"]
         while let argument = arguments.next() {
             switch argument {
@@ -303,6 +311,12 @@ public enum HubCommand {
                 let text = value(for: argument, &arguments)
                 guard let number = Int(text), number >= 0 else { hubFail("--checkpoint-every needs a whole number (0: no checkpoints), got \"\(text)\"", status: 2) }
                 checkpointEvery = number
+            case "--checkpoint-interval":
+                let text = value(for: argument, &arguments)
+                guard let number = Double(text), number >= 0, number <= 86_400 else {
+                    hubFail("--checkpoint-interval needs a number of seconds from 0 to 86400 (0: by seq only), got \"\(text)\"", status: 2)
+                }
+                checkpointInterval = .milliseconds(Int(number * 1000))
             case "--idle-timeout": idleTimeout = seconds(for: argument, &arguments)
             case "--welcome-timeout": welcomeTimeout = seconds(for: argument, &arguments)
             case "--check-data": checkData = value(for: argument, &arguments)
@@ -376,6 +390,7 @@ public enum HubCommand {
         if let dedupWindow { configuration.dedupWindow = dedupWindow }
         if let backlogBytes { configuration.backlogBytes = backlogBytes }
         if let checkpointEvery { configuration.checkpointEvery = checkpointEvery }
+        if let checkpointInterval { configuration.checkpointInterval = checkpointInterval }
         if let idleTimeout { configuration.idleTimeout = idleTimeout }
         if let welcomeTimeout { configuration.welcomeTimeout = welcomeTimeout }
         if let socketMode { configuration.socketMode = socketMode }

@@ -68,11 +68,20 @@ struct Interactive<App: SyncApp> {
             case ":digest":
                 // Settle first: everything sequenced before the hub answers is applied here.
                 do { try await replica.sync() } catch { await settleFailed(error) }
+                // The hub's digest at the same seq, when nothing was sequenced in between.
+                let hub = try? await replica.status()
+                let seq = replica.seq
                 let digest = app.digest(of: replica.store.state)
+                let hubDigest = hub.flatMap { $0.seq == seq ? $0.digest : nil }
                 if json {
-                    Console.out(JSON.object(["type": "digest", "seq": JSON(replica.seq), "digest": .string(digest)]).canonicalString)
+                    var line: [JSONKey: JSON] = ["type": "digest", "seq": JSON(seq), "digest": .string(digest)]
+                    if let hubDigest { line["hub_digest"] = .string(hubDigest) }
+                    Console.out(JSON.object(line).canonicalString)
                 } else {
-                    Console.out("seq \(replica.seq) digest \(digest)")
+                    Console.out("seq \(seq) digest \(digest)")
+                    if let hubDigest, hubDigest != digest {
+                        Console.out("the hub's digest at seq \(seq) is \(hubDigest): this replica has diverged (its reducer differs from the hub's; give a changed reducer a new app version)")
+                    }
                 }
             case ":status":
                 do {

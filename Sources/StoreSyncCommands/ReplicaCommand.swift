@@ -27,7 +27,11 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              Each line is dispatched and acknowledged before the next is read,
                              so a later line (such as a thunk) sees the effect of earlier ones.
                              :digest first waits for everything sequenced so far, then prints
-                             "seq N digest D". With --json each of these lines is one JSON
+                             "seq N digest D", and compares with the hub's digest at seq N:
+                             if they differ, a second line says so. While actions flow the
+                             replica also compares digests with the hub about once a second
+                             and re-hydrates if they differ ("diverged from the hub at seq N
+                             (… both digests …); re-hydrating"). With --json each of these lines is one JSON
                              object: {"type":"attached","app":…,"digest":…,"fingerprint":…,
                              "hub":…,"replica":…,"seq":…} first, then each action as in watch,
                              {"type":"rejected","id":…,"error":{…}} for a refusal by the hub,
@@ -36,7 +40,8 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              {"type":"queued","message":…} for an action typed while the hub
                              cannot be reached (kept, sent once the link is back; do not
                              send it again; without --json "queued: …"), and
-                             {"type":"digest","digest":…,"seq":…} for :digest (:state, :status
+                             {"type":"digest","digest":…,"seq":…} for :digest, with
+                             "hub_digest" when the hub was still at that seq (:state, :status
                              and :help still print text).
                              SIGINT or SIGTERM ends it with exit 0.
       dispatch ACTION…       Send each ACTION (one argument each: JSON or shorthand) in order,

@@ -158,15 +158,23 @@ extension MultiProcessTests {
             try await waitUntil("hubd to listen") { (try? HubStatusProbe.status(fixture.socket)) != nil }
             #expect(hub.errorLines.contains { $0.contains("open-files limit 48") }, "\(hub.errorLines)")
             #expect(hub.errorLines.contains { $0.contains("at most 24 clients") }, "\(hub.errorLines)")
-            let first = try fixture.attachedRawClient(name: "first")
+            let first: RawClient
+            do { first = try fixture.attachedRawClient(name: "first") } catch {
+                throw HarnessError("attaching: \(error); hub: \(hub.errorLines.suffix(6))")
+            }
             defer { first.close() }
             var extra: [RawClient] = []
             defer { extra.forEach { $0.close() } }
             var refused = 0
-            for _ in 0..<30 {
+            for index in 0..<30 {
                 let client = try RawClient(path: fixture.socket)
-                try client.send(["type": "status"])
-                let answer = try client.receive()
+                // A refused connection may already be closed by the hub (too-many-clients is
+                // sent at once, before the client says anything): the send can then fail.
+                try? client.send(["type": "status"])
+                let answer: JSON
+                do { answer = try client.receive() } catch {
+                    throw HarnessError("client \(index) (served \(extra.count), refused \(refused)): \(error); hub: \(hub.errorLines.suffix(5))")
+                }
                 if answer["type"] == "error" {
                     #expect(answer["error"]?["code"] == "too-many-clients", "\(answer)")
                     #expect(try client.receiveOrEOF() == nil)
@@ -181,7 +189,9 @@ extension MultiProcessTests {
             try await waitUntil("the refusals to be logged") { hub.errorLines.contains { $0.contains("--max-clients 24") } }
             // The attached client is still served.
             try first.send(["type": "dispatch", "id": 1, "action": ["type": "set", "path": "/a", "value": 1]])
-            #expect(try first.receive()["seq"] == 1)
+            do { #expect(try first.receive()["seq"] == 1) } catch {
+                throw HarnessError("the attached client: \(error); hub: \(hub.errorLines.suffix(6))")
+            }
             // Free some: new connections are served again.
             extra.forEach { $0.close() }
             extra.removeAll()

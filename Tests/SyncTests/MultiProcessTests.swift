@@ -99,6 +99,8 @@ extension MultiProcessTests {
                 let digest = try #require(EventLine(line))
                 #expect(digest.seq == total, "replica \(index) settled at \(String(describing: digest.seq)), hub at \(total)")
                 #expect(digest.json["digest"]?.stringValue == hub.digest)
+                // Nothing was sequenced after: :digest compared with the hub's at the same seq.
+                #expect(digest.json["hub_digest"]?.stringValue == hub.digest, "\(line)")
 
                 let events = replica.events
                 let seqs = events.filter(\.isAction).compactMap(\.seq)

@@ -691,3 +691,68 @@ extension MultiProcessTests {
         }
     }
 }
+
+/// The same app name and version as ``WideCounterApp``, with a changed reducer: the mistake a
+/// newcomer makes when they edit a reducer and forget to bump the version.
+struct DriftedWideCounterApp: CodableSyncApp {
+    typealias State = WideCounterApp.State
+    typealias Action = WideCounterApp.Action
+    static let name = WideCounterApp.name
+    static let version = WideCounterApp.version
+    var initialState: State { State() }
+    func reduce(into state: inout State, action: Action) {
+        switch action {
+        case .add(let amount): state.total = state.total &+ 2 &* amount
+        }
+    }
+}
+
+extension MultiProcessTests {
+    @Suite("Divergence found in about a second")
+    struct FastDivergence {
+        @Test("a replica with a changed reducer (same fingerprint) finds out within seconds, long before the first checkpoint, and re-hydrates")
+        func changedReducerIsFound() async throws {
+            let hub = try InProcessHub(WideCounterApp())
+            defer { Task { try? await hub.stop() } }
+            let writer = try hub.attach()
+            defer { writer.close() }
+            let drifted = try Replica.attach(app: DriftedWideCounterApp(), socketPath: hub.fixture.socket,
+                                             reconnect: ReconnectPolicy(initialDelay: .milliseconds(5), maxDelay: .milliseconds(50)))
+            defer { drifted.close() }
+            let diverged = Mutex<[String]>([])
+            let token = drifted.observeEvents { event in
+                if case .connection(.diverged(let seq, let reason)) = event { diverged.withLock { $0.append("\(seq): \(reason)") } }
+            }
+            defer { token.cancel() }
+            let started = ContinuousClock.now
+            var amount = 0
+            // A trickle of actions (one per 50 ms), until the drifted replica notices or 20 s pass.
+            let deadline = ContinuousClock.now + scaled(.seconds(20))
+            while diverged.withLock({ $0.isEmpty }), ContinuousClock.now < deadline {
+                amount += 1
+                _ = try await writer.dispatch(.add(amount: 1))
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            let report = diverged.withLock { $0.first } ?? ""
+            // Both digests and the seq are named; far fewer actions than --checkpoint-every.
+            #expect(report.contains("digest") && report.contains("the hub's is"), "\(report)")
+            #expect(amount < 1_000, "\(amount) actions")
+            #expect(ContinuousClock.now - started < .seconds(15))
+        }
+
+        @Test("hubd --checkpoint-interval: a checkpoint follows the first action once the interval has passed")
+        func timedCheckpoints() async throws {
+            let hub = try InProcessHub(JSONApp()) { $0.checkpointInterval = .milliseconds(1) }
+            defer { Task { try? await hub.stop() } }
+            let client = try RawClient(path: hub.fixture.socket)
+            defer { client.close() }
+            try client.send(["type": "hello", "protocol": 1, "app": "json"])
+            _ = try client.receive()
+            try client.send(["type": "dispatch", "id": 1, "action": ["type": "set", "path": "/a", "value": 1]])
+            #expect(try client.receive()["type"] == "action")
+            let checkpoint = try client.receive()
+            #expect(checkpoint["type"] == "checkpoint" && checkpoint["seq"] == 1, "\(checkpoint)")
+            #expect(checkpoint["digest"]?.stringValue == JSONApp().digest(of: ["a": 1]))
+        }
+    }
+}

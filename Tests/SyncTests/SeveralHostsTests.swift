@@ -193,7 +193,7 @@ extension MultiProcessTests {
                     settled = message
                 }
             }
-            let outcome = try #require(settled, "the dispatch in doubt was never settled")
+            let outcome = try #require(settled, "the dispatch in doubt was never settled; hub 2: \(processes[1].errorLines.suffix(20)); seq \(String(describing: (try? HubStatusProbe.status(hubs.socket(2)))?.seq)), log \(String(describing: (try? HubStatusProbe.status(hubs.socket(2)))?.log))")
             if outcome["type"] == "action" { applied.append(inDoubtID) }
             try await waitUntil("hub 2 to take dispatches again", timeout: .seconds(90)) {
                 (try? HubStatusProbe.status(hubs.socket(2)))?.storage?["unavailable"] == nil

@@ -60,6 +60,10 @@ final class Proposer {
     /// Whether a `checkpoint` follows the action with this seq.
     func isCheckpoint(_ seq: UInt64) -> Bool { checkpointEvery > 0 && seq % checkpointEvery == 0 }
 
+    /// Set when a checkpoint is due by time (``Sequencer`` sets it once per
+    /// `--checkpoint-interval` while actions flow): the next proposal carries one.
+    var checkpointDue = false
+
     /// Starts over from the applied state at `applied` (start-up, or after proposals were voided).
     func restart(at applied: UInt64) {
         for entry in inFlight[head...] { entry.session?.inFlight[entry.record.id] = nil }
@@ -112,7 +116,8 @@ final class Proposer {
         }
         seq = next
         var checkpoint: String?
-        if isCheckpoint(next) {
+        if isCheckpoint(next) || checkpointDue {
+            checkpointDue = false
             // The digest of the state right after this action (the speculative state now).
             let digest = snapshotDigest()
             checkpoint = digest

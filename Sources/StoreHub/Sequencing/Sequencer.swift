@@ -33,6 +33,10 @@ final class Sequencer {
     private var catchUpTo: UInt64 = 0
     private var events: [LogEvent] = []
     private var lastExpiry = ContinuousClock.now
+    /// At most one checkpoint per this much time while actions flow (`nil`: by seq only).
+    private let checkpointInterval: Duration?
+    /// When the last time-due checkpoint was asked for.
+    private var lastCheckpointAt = ContinuousClock.now - .seconds(86_400)
     private let snapshotEvery: UInt64
     private var lastSnapshotSeq: UInt64 = 0
     private var nextReplica = 1
@@ -53,8 +57,10 @@ final class Sequencer {
     ///
     /// - Throws: ``StorageError`` when the log cannot be opened or its contents do not apply.
     init(engine: HubEngine, log: any HubLog, snapshotEvery: Int, backlogActions: Int, backlogBytes: Int,
-         checkpointEvery: Int, dedupWindow: Int, note: @escaping @Sendable (String) -> Void) throws(StorageError) {
+         checkpointEvery: Int, checkpointInterval: Duration? = nil, dedupWindow: Int,
+         note: @escaping @Sendable (String) -> Void) throws(StorageError) {
         self.engine = engine
+        self.checkpointInterval = checkpointInterval.flatMap { $0 > .zero ? $0 : nil }
         self.log = log
         self.snapshotEvery = UInt64(max(1, snapshotEvery))
         self.note = note
@@ -128,6 +134,15 @@ final class Sequencer {
             return .duplicate(original)
         }
         if let reason = gate.reason { return .refused(WireError(.unavailable, reason)) }
+        if let interval = checkpointInterval {
+            // The first action once the interval has passed carries a checkpoint: a replica
+            // that differs finds out at once, however few actions flow.
+            let now = ContinuousClock.now
+            if now - lastCheckpointAt >= interval {
+                proposer.checkpointDue = true
+                lastCheckpointAt = now
+            }
+        }
         let expecting = proposer.seq
         let (outcome, record) = proposer.propose(action, id: id, origin: origin, session: session,
                                                  snapshotDigest: { speculativeSnapshot().digest })
