@@ -27,6 +27,9 @@ enum GenericClient {
                 fail("\(text): \(error.message) (the hub's app \"\(app)\" is not built into \(ReplicaCommand.program): actions are JSON objects)", status: 2)
             }
         }
+        if options.diff {
+            fail("watch --diff runs the app's reducer, and the hub's app \"\(app)\" is not built into \(ReplicaCommand.program); use your app's own CLI", status: 2)
+        }
         if command == "watch" { ReplicaCommand.exitOnTerminationSignal() }
         try connection.send(.hello(protocolVersion: 1, app: app, fingerprint: nil, name: options.name ?? ReplicaCommand.program))
         let welcome: Welcome

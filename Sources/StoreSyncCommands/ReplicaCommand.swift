@@ -51,10 +51,12 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
       state [--pointer P]    Print the current state as one line of JSON (the value at RFC 6901
                              pointer P with --pointer) and exit. With --json print
                              {"digest":…,"seq":…,"state":…}; the digest is always of the whole state.
-      watch                  Print every sequenced action as one JSON line (NDJSON):
+      watch [--diff]         Print every sequenced action as one JSON line (NDJSON):
                              {"action":…,"id":…,"origin":…,"seq":…}, until SIGINT or SIGTERM
                              (exit 0); rides through hub restarts, or with --no-reconnect ends
-                             when the hub goes (exit 1).
+                             when the hub goes (exit 1). With --diff each line also carries
+                             "patch": the RFC 6902 JSON Patch the action made to the state
+                             (add/remove/replace, computed here by the app's reducer).
       status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
                              attached replicas). With --json print the hub's status message.
 
@@ -108,6 +110,8 @@ struct Options {
     var json = false
     var pointer: String?
     var noReconnect = false
+    /// watch: print each action's RFC 6902 patch to the state.
+    var diff = false
     var command: String?
     var arguments: [String] = []
 }
@@ -136,6 +140,7 @@ func parseOptions(apps: [any SyncApp]) -> Options {
         case "--pointer": options.pointer = value(argument)
         case "--json": options.json = true
         case "--no-reconnect": options.noReconnect = true
+        case "--diff": options.diff = true
         case "--hub-uid":
             // The library reads it from the environment, as every client of this process would.
             setenv(SocketPath.hubUIDVariable, value(argument), 1)
@@ -274,11 +279,19 @@ public enum ReplicaCommand {
                 Console.out("\(seq)")
             }
         case "watch":
+            // --diff: each action's effect on the state, as the store's subscriber saw it (one
+            // state per applied action, in order; a re-hydration's state starts afresh).
+            let diffs = options.diff ? StateDiffs(start: app.encodeState(replica.store.state)) : nil
+            let subscription = diffs.map { diffs in replica.store.subscribe { state in diffs.applied(app.encodeState(state)) } }
+            defer { subscription?.cancel() }
             let token = replica.observeEvents { event in
                 switch event {
                 case .action(let seq, let origin, let id, _, let json):
-                    Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": json]).canonicalString)
+                    var line: [JSONKey: JSON] = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": json]
+                    if let diffs { line["patch"] = .array(diffs.nextPatch()) }
+                    Console.out(JSON.object(line).canonicalString)
                 case .connection(let change):
+                    if case .rehydrated = change { diffs?.restart(at: app.encodeState(replica.store.state)) }
                     // stdout stays one action per line; the link's story goes to stderr.
                     if let line = linkLine(change) { Console.error("\(ReplicaCommand.program): \(line)") }
                 default:

@@ -756,3 +756,31 @@ extension MultiProcessTests {
         }
     }
 }
+
+extension MultiProcessTests {
+    @Suite("Inspection across processes")
+    struct Inspection {
+        @Test("watch --diff prints each action with the JSON Patch it made to the state")
+        func watchDiff() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let hub = try await fixture.startHub(app: "json")
+            #expect(try await fixture.runCLI(["dispatch", "set /a 1"]).out == ["1"])
+            let watcher = try fixture.cli(["watch", "--diff"])
+            try await waitUntil("watch to attach") { try HubStatusProbe.status(fixture.socket).replicas.count == 1 }
+            #expect(try await fixture.runCLI(["dispatch", "set /b [1,2]", "remove /a", "append /b 3", "set /b/0 9"]).out == ["2", "3", "4", "5"])
+            _ = try await watcher.waitForLine("seq 5") { $0.contains(#""seq":5"#) }
+            let patches = watcher.lines.compactMap { try? JSON(parsing: $0) }.map { $0["patch"].map { JSON.array([$0]).canonicalString } ?? "none" }
+            #expect(patches == [
+                #"[[{"op":"add","path":"/b","value":[1,2]}]]"#,
+                #"[[{"op":"remove","path":"/a"}]]"#,
+                #"[[{"op":"add","path":"/b/2","value":3}]]"#,
+                #"[[{"op":"replace","path":"/b/0","value":9}]]"#,
+            ], "\(watcher.lines)")
+            watcher.signal(SIGTERM)
+            _ = try await watcher.waitForExit()
+            hub.signal(SIGTERM)
+            _ = try await hub.waitForExit()
+        }
+    }
+}
