@@ -59,6 +59,13 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              (add/remove/replace, computed here by the app's reducer).
       status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
                              attached replicas). With --json print the hub's status message.
+      top [--count N] [--interval SECONDS]
+                             A live view of the hub, refreshed every SECONDS (default 1): seq,
+                             actions/s, max lag, digest, storage, and per replica its id, name,
+                             uid, pid, lag and queued bytes; redrawn in place on a terminal,
+                             else one line per refresh ("seq N  actions/s R  replicas K  max
+                             lag L  digest D"), or one JSON object with --json. Ends after N
+                             refreshes, or on SIGINT/SIGTERM (exit 0). Works with any app.
 
     ANY HUB: without --app, state, watch, dispatch and status also work with a hub whose app
     this program was not built with, as raw canonical JSON (the app is taken from the hub):
@@ -150,7 +157,7 @@ func parseOptions(apps: [any SyncApp]) -> Options {
         case "--":
             options.arguments.append(contentsOf: cursor.rest())
         default:
-            if argument.hasPrefix("--") && options.command != "dispatch" {
+            if argument.hasPrefix("--") && options.command != "dispatch" && options.command != "top" {
                 fail("unknown option \"\(argument)\"; see \(ReplicaCommand.program) --help", status: 2)
             }
             if options.command == nil { options.command = argument } else { options.arguments.append(argument) }
@@ -192,10 +199,10 @@ public enum ReplicaCommand {
         SignalPipe.unblockTerminationSignals()
         let options = parseOptions(apps: apps)
         guard let command = options.command else {
-            fail("missing command (attach, dispatch, state, watch or status); see \(ReplicaCommand.program) --help", status: 2)
+            fail("missing command (attach, dispatch, state, watch, status or top); see \(ReplicaCommand.program) --help", status: 2)
         }
-        guard ["attach", "dispatch", "state", "watch", "status"].contains(command) else {
-            fail("unknown command \"\(command)\"; the commands are attach, dispatch, state, watch and status", status: 2)
+        guard ["attach", "dispatch", "state", "watch", "status", "top"].contains(command) else {
+            fail("unknown command \"\(command)\"; the commands are attach, dispatch, state, watch, status and top", status: 2)
         }
         if command == "dispatch" && options.arguments.isEmpty {
             fail("dispatch needs at least one ACTION, e.g. \(ReplicaCommand.program) dispatch '{\"type\":\"increment\"}'", status: 2)
@@ -210,6 +217,10 @@ public enum ReplicaCommand {
         let paths = SocketPath.resolveList(explicit: options.socket)
         do throws(ReplicaError) {
             let connection = try HubConnection(paths: paths)
+            if command == "top" {
+                try TopCommand.run(over: connection, options: options)
+                return
+            }
             var appName = options.app
             if command == "status" || appName == nil {
                 let status = try connection.status()

@@ -760,6 +760,26 @@ extension MultiProcessTests {
 extension MultiProcessTests {
     @Suite("Inspection across processes")
     struct Inspection {
+        @Test("top: one line per refresh on a pipe, JSON with --json; seq, actions/s, replicas, lag")
+        func top() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let hub = try await fixture.startHub(app: "json")
+            let reader = try fixture.attachedRawClient(name: "reader")
+            defer { reader.close() }
+            #expect(try await fixture.runCLI(["dispatch", "set /a 1", "set /a 2"]).out == ["1", "2"])
+            let plain = try await fixture.runCLI(["top", "--count", "1"])
+            #expect(plain.status == 0 && plain.out.count == 1, "\(plain)")
+            #expect(plain.out.first?.hasPrefix("seq 2  actions/s -  replicas 1  max lag") == true, "\(plain)")
+            let json = try await fixture.runCLI(["top", "--json", "--count", "2", "--interval", "0.2"])
+            let lines = json.out.compactMap { try? JSON(parsing: $0) }
+            #expect(lines.count == 2 && lines.allSatisfy { $0["seq"] == 2 && $0["replicas"] == 1 }, "\(json)")
+            #expect(lines.last?["actions_per_s"] == 0, "\(json)")
+            #expect(try await fixture.runCLI(["top", "--count", "0"]).status == 2)
+            hub.signal(SIGTERM)
+            _ = try await hub.waitForExit()
+        }
+
         @Test("watch --diff prints each action with the JSON Patch it made to the state")
         func watchDiff() async throws {
             let fixture = try Fixture()
