@@ -34,6 +34,39 @@ public enum DataDirectory {
         check(directory, engine: HubEngine(app: app), repair: repair)
     }
 
+    /// Writes what a data directory holds as NDJSON, oldest first, for other tools: a
+    /// `{"type":"history",…}` line, the journal records kept before the newest snapshot, the
+    /// snapshot (`{"type":"snapshot","seq":…,"digest":…,"state":…}`), then every record after
+    /// it. Each record is `{"type":"action","seq":…,"origin":…,"id":…,"action":…}` with
+    /// `"session"` and `"checkpoint"` when it has them. Read-only: nothing is repaired or
+    /// locked (a running hub may be appending meanwhile; the export ends where it read).
+    ///
+    /// - Parameters:
+    ///   - directory: The data directory.
+    ///   - write: Called with each line, in order.
+    /// - Throws: ``StorageError`` when the directory cannot be read (the message says where).
+    public static func export(_ directory: String, write: (JSON) -> Void) throws(StorageError) {
+        guard let fingerprint = fingerprint(of: directory) else {
+            throw StorageError("\(directory) is not a StoreSync data directory (no readable \(FileLog.metaName))")
+        }
+        let recovery = try FileLog.recover(directory: directory, fingerprint: fingerprint, repair: false, create: false)
+        let start = recovery.start
+        write(["type": "history", "history": .string(start.history), "app": .string(fingerprint)])
+        func line(_ record: LogRecord) -> JSON {
+            var members: [JSONKey: JSON] = ["type": "action", "seq": JSON(record.seq), "origin": JSON(record.origin),
+                                            "id": record.id.json, "action": record.action]
+            if let session = record.session { members["session"] = .string(session) }
+            if let checkpoint = record.checkpoint { members["checkpoint"] = .string(checkpoint) }
+            return .object(members)
+        }
+        for record in start.window where record.seq <= (start.snapshot?.seq ?? 0) { write(line(record)) }
+        if let snapshot = start.snapshot {
+            write(["type": "snapshot", "seq": JSON(snapshot.seq), "digest": .string(snapshot.digest), "state": snapshot.state])
+        }
+        for record in start.records { write(line(record)) }
+        for warning in start.warnings { Console.error("warning: \(warning)") }
+    }
+
     @usableFromInline
     static func check(_ directory: String, engine: HubEngine, repair: Bool) -> Report {
         var lines: [String] = []

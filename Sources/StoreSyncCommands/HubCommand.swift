@@ -63,6 +63,7 @@ public enum HubCommand {
                         [--welcome-timeout SECONDS] [--check-determinism]
                         [--max-frame-bytes N] [--max-queue-bytes N]
                    \(program) --check-data DIR [--repair]
+                   \(program) --export DIR
                    \(program) --list-apps | --version | --help
 
             OPTIONS:
@@ -163,6 +164,11 @@ public enum HubCommand {
                                      1: not).
               --repair               With --check-data: truncate a torn tail (what follows the last
                                      complete commit), saying exactly what is removed.
+              --export DIR           Print what DIR holds as NDJSON on stdout and exit (read-only):
+                                     {"type":"history",…}, the records kept before the newest
+                                     snapshot, {"type":"snapshot","seq":…,"digest":…,"state":…}, then
+                                     every record after it as {"type":"action","seq":…,"origin":…,
+                                     "id":…,"action":…} (with "session" and "checkpoint" when set).
               --max-frame-bytes N    The largest frame payload a client may send (default \(D.maxFrameBytes),
                                      at most \(HubConfiguration.maxFrameBytesCeiling)). Replicas learn it from the welcome and refuse
                                      a larger dispatch themselves; a client that sends a longer frame
@@ -216,6 +222,7 @@ public enum HubCommand {
         var socketGroup: UInt32?
         var allowedUIDs: Set<UInt32> = []
         var checkData: String?
+        var export: String?
         var repair = false
         var arguments = ArgumentCursor(commandLine)
 
@@ -241,7 +248,7 @@ public enum HubCommand {
         let flags = ["--app", "--socket", "--socket-mode", "--socket-group", "--allow-uid", "--max-clients", "--data-dir",
                      "--log", "--nats-replicas", "--retain-actions", "--fsync", "--snapshot-every", "--dedup-window",
                      "--backlog-bytes", "--checkpoint-every", "--checkpoint-interval", "--idle-timeout", "--welcome-timeout", "--check-determinism",
-                     "--max-frame-bytes", "--max-queue-bytes", "--check-data", "--repair", "--list-apps", "--version", "--help"]
+                     "--max-frame-bytes", "--max-queue-bytes", "--check-data", "--repair", "--export", "--list-apps", "--version", "--help"]
         while let argument = arguments.next() {
             switch argument {
             case "-h", "--help":
@@ -320,6 +327,7 @@ public enum HubCommand {
             case "--idle-timeout": idleTimeout = seconds(for: argument, &arguments)
             case "--welcome-timeout": welcomeTimeout = seconds(for: argument, &arguments)
             case "--check-data": checkData = value(for: argument, &arguments)
+            case "--export": export = value(for: argument, &arguments)
             case "--repair": repair = true
             default:
                 let hint = closestFlag(argument, among: flags).map { " (did you mean \($0)?)" } ?? ""
@@ -344,6 +352,14 @@ public enum HubCommand {
             }
         }
         if repair && checkData == nil { hubFail("--repair needs --check-data DIR", status: 2) }
+        if let export {
+            do throws(StorageError) {
+                try DataDirectory.export(export) { line in Console.out(line.canonicalString) }
+                exit(0)
+            } catch {
+                hubFail(error.message, status: 1)
+            }
+        }
         var sharedLog: SharedLogConfiguration?
         if let logURL {
             switch SharedLogConfiguration.parse(logURL) {

@@ -780,6 +780,30 @@ extension MultiProcessTests {
             _ = try await hub.waitForExit()
         }
 
+        @Test("hubd --export DIR: the data directory as NDJSON, oldest first, snapshot included")
+        func export() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let data = fixture.directory + "/data"
+            let hub = try await fixture.startHub(app: "json", extra: ["--data-dir", data, "--snapshot-every", "3"])
+            #expect(try await fixture.runCLI(["dispatch", "set /a 1", "set /b 2", "set /c 3", "set /d 4", "remove /a"]).out == ["1", "2", "3", "4", "5"])
+            hub.signal(SIGTERM)
+            #expect(try await hub.waitForExit() == 0)
+            let export = try fixture.spawn(try Executables.url("hubd").path, ["--export", data])
+            #expect(try await export.waitForExit() == 0, "\(export.errorLines)")
+            let lines = export.lines.compactMap { try? JSON(parsing: $0) }
+            #expect(lines.first?["type"] == "history" && lines.first?["app"] == "json@1", "\(export.lines)")
+            let actions = lines.filter { $0["type"] == "action" }.compactMap { $0["seq"]?.intValue }
+            #expect(actions == [1, 2, 3, 4, 5] || actions == [4, 5], "\(export.lines)")
+            let snapshot = try #require(lines.first { $0["type"] == "snapshot" }, "\(export.lines)")
+            // SIGTERM wrote a last snapshot: at seq 5, after the records it covers.
+            #expect(snapshot["seq"] == 5 && snapshot["state"] == ["b": 2, "c": 3, "d": 4], "\(snapshot)")
+            #expect(lines.last(where: { $0["type"] == "action" })?["action"] == ["type": "remove", "path": "/a"], "\(export.lines)")
+            let missing = try fixture.spawn(try Executables.url("hubd").path, ["--export", fixture.directory + "/nothing"])
+            #expect(try await missing.waitForExit() == 1)
+            #expect(missing.errorLines.joined().contains("not a StoreSync data directory"), "\(missing.errorLines)")
+        }
+
         @Test("watch --diff prints each action with the JSON Patch it made to the state")
         func watchDiff() async throws {
             let fixture = try Fixture()
