@@ -67,6 +67,47 @@ public enum DataDirectory {
         for warning in start.warnings { Console.error("warning: \(warning)") }
     }
 
+    /// The state as it was right after `seq`, rebuilt from what the directory holds: from the
+    /// newest snapshot at or before `seq`, or from the initial state when the journal still
+    /// starts at seq 1, replaying the records up to `seq` with the app's reducer. Read-only.
+    ///
+    /// - Parameters:
+    ///   - directory: The data directory.
+    ///   - app: The app that wrote it.
+    ///   - seq: The seq to stop after.
+    /// - Returns: The state's JSON.
+    /// - Throws: ``StorageError`` saying what can be rebuilt when `seq` cannot.
+    public static func state<App: SyncApp>(_ directory: String, app: App, at seq: UInt64) throws(StorageError) -> JSON {
+        let recovery = try FileLog.recover(directory: directory, fingerprint: App.fingerprint, repair: false, create: false)
+        let start = recovery.start
+        let all = start.window.filter { $0.seq <= (start.snapshot?.seq ?? 0) } + start.records
+        let newest = start.records.last?.seq ?? start.snapshot?.seq ?? 0
+        guard seq <= newest else {
+            throw StorageError("\(directory) holds actions up to seq \(newest); seq \(seq) is not there")
+        }
+        var state = app.initialState
+        var from: UInt64 = 0
+        if let snapshot = start.snapshot, snapshot.seq <= seq {
+            do throws(AppCodingError) { state = try app.decodeState(snapshot.state) } catch {
+                throw StorageError("the snapshot at seq \(snapshot.seq) in \(directory) does not decode: \(error.message)")
+            }
+            from = snapshot.seq
+        } else if all.first?.seq != 1 {
+            let oldest = min(start.snapshot?.seq ?? UInt64.max, all.first.map { $0.seq - 1 } ?? UInt64.max)
+            throw StorageError("\(directory) can rebuild states from seq \(oldest == UInt64.max ? newest : oldest) on (its newest snapshot and the journal after it); seq \(seq) is older than what it keeps")
+        }
+        for record in all where record.seq > from && record.seq <= seq {
+            let action: App.Action
+            do throws(AppCodingError) { action = try app.decodeAction(record.action) } catch {
+                throw StorageError("record seq \(record.seq) in \(directory) does not decode: \(error.message)")
+            }
+            do throws(App.Failure) { try app.reduce(into: &state, action: action) } catch {
+                throw StorageError("record seq \(record.seq) in \(directory) is refused by this reducer (\(app.describe(error))): the app differs from the one that wrote it")
+            }
+        }
+        return app.encodeState(state)
+    }
+
     @usableFromInline
     static func check(_ directory: String, engine: HubEngine, repair: Bool) -> Report {
         var lines: [String] = []

@@ -27,6 +27,9 @@ enum GenericClient {
                 fail("\(text): \(error.message) (the hub's app \"\(app)\" is not built into \(ReplicaCommand.program): actions are JSON objects)", status: 2)
             }
         }
+        if options.at != nil {
+            fail("state --at runs the app's reducer, and the hub's app \"\(app)\" is not built into \(ReplicaCommand.program); use your app's own CLI", status: 2)
+        }
         if options.diff {
             fail("watch --diff runs the app's reducer, and the hub's app \"\(app)\" is not built into \(ReplicaCommand.program); use your app's own CLI", status: 2)
         }
@@ -71,6 +74,57 @@ enum GenericClient {
                 default:
                     continue
                 }
+            }
+        }
+    }
+
+    /// `history --from A [--to B]`: the actions A…B, from the hub's resume window, as NDJSON
+    /// lines like `watch`'s. It needs no app: it resumes at A − 1 (a `hello` with `resume`,
+    /// PROTOCOL.md §12), reads the replayed actions up to B, and leaves.
+    ///
+    /// - Parameters:
+    ///   - connection: A connection that has sent nothing yet.
+    ///   - options: The command line (`--from`, `--to` in ``Options/arguments``).
+    static func history(over connection: HubConnection, options: Options) throws(ReplicaError) {
+        var from: UInt64?
+        var to: UInt64?
+        var arguments = options.arguments[...]
+        while let argument = arguments.popFirst() {
+            guard argument == "--from" || argument == "--to" else {
+                fail("history takes --from SEQ and --to SEQ, not \"\(argument)\"", status: 2)
+            }
+            guard let text = arguments.popFirst(), let number = UInt64(text), number >= 1 else {
+                fail("history \(argument) needs a seq (a whole number from 1)", status: 2)
+            }
+            if argument == "--from" { from = number } else { to = number }
+        }
+        guard let from else { fail("history needs --from SEQ (and optionally --to SEQ)", status: 2) }
+        let status = try connection.status()
+        let last = to ?? status.seq
+        guard from <= last else { fail("history --from \(from) is after --to \(last)", status: 2) }
+        guard last <= status.seq else { fail("the hub is at seq \(status.seq); --to \(last) is not sequenced yet") }
+        guard let historyID = status.history else { throw .protocolViolation("the hub's status has no history id") }
+        try connection.send(.hello(protocolVersion: 1, app: status.app, fingerprint: nil, name: options.name ?? ReplicaCommand.program,
+                                   resume: ResumePoint(history: historyID, seq: from - 1)))
+        switch try connection.receive() {
+        case .welcome(let welcome) where welcome.resumed:
+            break
+        case .welcome:
+            fail("the hub no longer holds seq \(from) in its resume window (it holds at least the last 10000 actions, more within --backlog-bytes); for older actions read its data directory with hubd --export DIR")
+        case .error(let error):
+            throw .hub(error)
+        default:
+            throw .protocolViolation("the hub's first answer to hello was not a welcome")
+        }
+        while true {
+            switch try connection.receive(timeoutMilliseconds: 60_000) {
+            case .action(let seq, let origin, let id, let action):
+                Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
+                if seq >= last { return }
+            case .error(let error):
+                throw .hub(error)
+            default:
+                continue
             }
         }
     }

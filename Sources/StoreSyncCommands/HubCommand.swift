@@ -63,7 +63,7 @@ public enum HubCommand {
                         [--welcome-timeout SECONDS] [--check-determinism]
                         [--max-frame-bytes N] [--max-queue-bytes N]
                    \(program) --check-data DIR [--repair]
-                   \(program) --export DIR
+                   \(program) --export DIR [--at SEQ]
                    \(program) --list-apps | --version | --help
 
             OPTIONS:
@@ -169,6 +169,10 @@ public enum HubCommand {
                                      snapshot, {"type":"snapshot","seq":…,"digest":…,"state":…}, then
                                      every record after it as {"type":"action","seq":…,"origin":…,
                                      "id":…,"action":…} (with "session" and "checkpoint" when set).
+              --at SEQ               With --export: print instead the state as it was right after SEQ,
+                                     rebuilt with the app's reducer from the newest snapshot at or
+                                     before SEQ (or from the start, while the journal holds seq 1);
+                                     exit 1 saying what can be rebuilt when SEQ is older.
               --max-frame-bytes N    The largest frame payload a client may send (default \(D.maxFrameBytes),
                                      at most \(HubConfiguration.maxFrameBytesCeiling)). Replicas learn it from the welcome and refuse
                                      a larger dispatch themselves; a client that sends a longer frame
@@ -223,6 +227,7 @@ public enum HubCommand {
         var allowedUIDs: Set<UInt32> = []
         var checkData: String?
         var export: String?
+        var exportAt: UInt64?
         var repair = false
         var arguments = ArgumentCursor(commandLine)
 
@@ -248,7 +253,7 @@ public enum HubCommand {
         let flags = ["--app", "--socket", "--socket-mode", "--socket-group", "--allow-uid", "--max-clients", "--data-dir",
                      "--log", "--nats-replicas", "--retain-actions", "--fsync", "--snapshot-every", "--dedup-window",
                      "--backlog-bytes", "--checkpoint-every", "--checkpoint-interval", "--idle-timeout", "--welcome-timeout", "--check-determinism",
-                     "--max-frame-bytes", "--max-queue-bytes", "--check-data", "--repair", "--export", "--list-apps", "--version", "--help"]
+                     "--max-frame-bytes", "--max-queue-bytes", "--check-data", "--repair", "--export", "--at", "--list-apps", "--version", "--help"]
         while let argument = arguments.next() {
             switch argument {
             case "-h", "--help":
@@ -328,6 +333,10 @@ public enum HubCommand {
             case "--welcome-timeout": welcomeTimeout = seconds(for: argument, &arguments)
             case "--check-data": checkData = value(for: argument, &arguments)
             case "--export": export = value(for: argument, &arguments)
+            case "--at":
+                let text = value(for: argument, &arguments)
+                guard let seq = UInt64(text) else { hubFail("--at needs a seq (a whole number), got \"\(text)\"", status: 2) }
+                exportAt = seq
             case "--repair": repair = true
             default:
                 let hint = closestFlag(argument, among: flags).map { " (did you mean \($0)?)" } ?? ""
@@ -352,6 +361,24 @@ public enum HubCommand {
             }
         }
         if repair && checkData == nil { hubFail("--repair needs --check-data DIR", status: 2) }
+        if exportAt != nil && export == nil { hubFail("--at needs --export DIR", status: 2) }
+        if let export, let exportAt {
+            guard let fingerprint = DataDirectory.fingerprint(of: export) else {
+                hubFail("\(export) is not a StoreSync data directory (no readable storesync.json)", status: 1)
+            }
+            guard let app = apps.first(where: { JSONKey(type(of: $0).fingerprint) == JSONKey(fingerprint) }) else {
+                hubFail("\(export) was written by app \(fingerprint), which this \(program) does not have", status: 1)
+            }
+            func printState<App: SyncApp>(_ app: App) -> Never {
+                do throws(StorageError) {
+                    Console.out(try DataDirectory.state(export, app: app, at: exportAt).canonicalString)
+                    exit(0)
+                } catch {
+                    hubFail(error.message, status: 1)
+                }
+            }
+            printState(app)
+        }
         if let export {
             do throws(StorageError) {
                 try DataDirectory.export(export) { line in Console.out(line.canonicalString) }

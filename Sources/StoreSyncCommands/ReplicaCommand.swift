@@ -48,9 +48,14 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              print the seq the hub gave it, one per line, and exit 0. On a
                              refusal print "\(program): CODE: MESSAGE" to stderr and exit 1
                              without sending the rest.
-      state [--pointer P]    Print the current state as one line of JSON (the value at RFC 6901
+      state [--pointer P] [--at SEQ]
+                             Print the current state as one line of JSON (the value at RFC 6901
                              pointer P with --pointer) and exit. With --json print
                              {"digest":…,"seq":…,"state":…}; the digest is always of the whole state.
+                             With --at SEQ: the state as it was right after SEQ, rebuilt here
+                             with the app's reducer from the hub's resume window (it must
+                             still start at seq 1; otherwise exit 1 saying so: use
+                             hubd --export DIR --at SEQ on the hub's data directory).
       watch [--diff]         Print every sequenced action as one JSON line (NDJSON):
                              {"action":…,"id":…,"origin":…,"seq":…}, until SIGINT or SIGTERM
                              (exit 0); rides through hub restarts, or with --no-reconnect ends
@@ -59,6 +64,11 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              (add/remove/replace, computed here by the app's reducer).
       status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
                              attached replicas). With --json print the hub's status message.
+      history --from A [--to B]
+                             Print the sequenced actions A…B (B: the hub's seq by default) as
+                             NDJSON lines, as watch does, from the hub's resume window (at
+                             least the last 10000 actions); older ones: exit 1 saying so (read
+                             the data directory with hubd --export). Works with any app.
       top [--count N] [--interval SECONDS]
                              A live view of the hub, refreshed every SECONDS (default 1): seq,
                              actions/s, max lag, digest, storage, and per replica its id, name,
@@ -119,6 +129,8 @@ struct Options {
     var noReconnect = false
     /// watch: print each action's RFC 6902 patch to the state.
     var diff = false
+    /// state: the seq to rebuild the state at (time travel).
+    var at: UInt64?
     var command: String?
     var arguments: [String] = []
 }
@@ -148,6 +160,9 @@ func parseOptions(apps: [any SyncApp]) -> Options {
         case "--json": options.json = true
         case "--no-reconnect": options.noReconnect = true
         case "--diff": options.diff = true
+        case "--at":
+            guard let seq = UInt64(value(argument)) else { fail("--at needs a seq (a whole number)", status: 2) }
+            options.at = seq
         case "--hub-uid":
             // The library reads it from the environment, as every client of this process would.
             setenv(SocketPath.hubUIDVariable, value(argument), 1)
@@ -157,7 +172,7 @@ func parseOptions(apps: [any SyncApp]) -> Options {
         case "--":
             options.arguments.append(contentsOf: cursor.rest())
         default:
-            if argument.hasPrefix("--") && options.command != "dispatch" && options.command != "top" {
+            if argument.hasPrefix("--") && !["dispatch", "top", "history"].contains(options.command ?? "") {
                 fail("unknown option \"\(argument)\"; see \(ReplicaCommand.program) --help", status: 2)
             }
             if options.command == nil { options.command = argument } else { options.arguments.append(argument) }
@@ -199,10 +214,10 @@ public enum ReplicaCommand {
         SignalPipe.unblockTerminationSignals()
         let options = parseOptions(apps: apps)
         guard let command = options.command else {
-            fail("missing command (attach, dispatch, state, watch, status or top); see \(ReplicaCommand.program) --help", status: 2)
+            fail("missing command (attach, dispatch, state, watch, status, top or history); see \(ReplicaCommand.program) --help", status: 2)
         }
-        guard ["attach", "dispatch", "state", "watch", "status", "top"].contains(command) else {
-            fail("unknown command \"\(command)\"; the commands are attach, dispatch, state, watch, status and top", status: 2)
+        guard ["attach", "dispatch", "state", "watch", "status", "top", "history"].contains(command) else {
+            fail("unknown command \"\(command)\"; the commands are attach, dispatch, state, watch, status, top and history", status: 2)
         }
         if command == "dispatch" && options.arguments.isEmpty {
             fail("dispatch needs at least one ACTION, e.g. \(ReplicaCommand.program) dispatch '{\"type\":\"increment\"}'", status: 2)
@@ -219,6 +234,10 @@ public enum ReplicaCommand {
             let connection = try HubConnection(paths: paths)
             if command == "top" {
                 try TopCommand.run(over: connection, options: options)
+                return
+            }
+            if command == "history" {
+                try GenericClient.history(over: connection, options: options)
                 return
             }
             var appName = options.app
@@ -277,6 +296,10 @@ public enum ReplicaCommand {
         let policy: ReconnectPolicy = rides ? .automatic
             : command == "dispatch" ? ReconnectPolicy(initialDelay: .milliseconds(50), maxDelay: .seconds(1), maxAttempts: 10)
             : .never
+        if command == "state", let seq = options.at {
+            try stateAt(seq, app: app, over: connection, options: options)
+            return
+        }
         let replica = try Replica.attach(app: app, over: connection, name: options.name, startReading: false,
                                          reconnect: policy)
         defer { replica.close() }
@@ -341,6 +364,61 @@ public enum ReplicaCommand {
             }
         } catch {
             fail("\(text): \(AppCodingError.message(of: error))", status: 2)
+        }
+    }
+
+    /// `state --at SEQ`: the state as it was right after SEQ, rebuilt here with the app's
+    /// reducer from the initial state and the actions 1…SEQ of the hub's resume window (a
+    /// `hello` resuming at seq 0). Refused, saying why, when the window no longer starts at 1.
+    static func stateAt<App: SyncApp>(_ seq: UInt64, app: App, over connection: HubConnection, options: Options) throws(ReplicaError) {
+        let status = try connection.status()
+        guard seq <= status.seq else { fail("the hub is at seq \(status.seq); seq \(seq) is not sequenced yet") }
+        guard let historyID = status.history else { throw .protocolViolation("the hub's status has no history id") }
+        var state = app.initialState
+        if seq > 0 {
+            try connection.send(.hello(protocolVersion: 1, app: status.app, fingerprint: type(of: app).fingerprint, name: options.name ?? ReplicaCommand.program,
+                                       resume: ResumePoint(history: historyID, seq: 0)))
+            switch try connection.receive() {
+            case .welcome(let welcome) where welcome.resumed:
+                break
+            case .welcome:
+                fail("the state at seq \(seq) cannot be rebuilt: the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); with a data directory, hubd --export DIR --at \(seq) rebuilds it from the newest snapshot at or before it")
+            case .error(let error):
+                throw .hub(error)
+            default:
+                throw .protocolViolation("the hub's first answer to hello was not a welcome")
+            }
+            reading: while true {
+                switch try connection.receive(timeoutMilliseconds: 60_000) {
+                case .action(let got, _, _, let json):
+                    do {
+                        let action = try app.decodeAction(json)
+                        do throws(App.Failure) { try app.reduce(into: &state, action: action) } catch {
+                            fail("sequenced action \(got) is refused by this reducer (\(app.describe(error))): this program's app differs from the hub's")
+                        }
+                    } catch {
+                        fail("sequenced action \(got) does not decode here: \(error.message)")
+                    }
+                    if got >= seq { break reading }
+                case .error(let error):
+                    throw .hub(error)
+                default:
+                    continue
+                }
+            }
+        }
+        let whole = app.encodeState(state)
+        var shown = whole
+        if let pointerText = options.pointer {
+            let pointer: JSONPointer
+            do { pointer = try JSONPointer(pointerText) } catch { fail(error.description, status: 2) }
+            guard let value = whole.value(at: pointer) else { fail("no value at \(pointerText) in the state at seq \(seq)") }
+            shown = value
+        }
+        if options.json {
+            Console.out(JSON.object(["seq": JSON(seq), "digest": .string(Digest.of(whole)), "state": shown]).canonicalString)
+        } else {
+            Console.out(shown.canonicalString)
         }
     }
 

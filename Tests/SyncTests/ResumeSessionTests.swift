@@ -804,6 +804,62 @@ extension MultiProcessTests {
             #expect(missing.errorLines.joined().contains("not a StoreSync data directory"), "\(missing.errorLines)")
         }
 
+        @Test("history --from A --to B: the actions from the hub's resume window; older ones refused with a reason")
+        func history() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            // The window holds the last 10 000 actions and no more (a byte budget of 1).
+            let hub = try await fixture.startHub(app: "json", extra: ["--backlog-bytes", "1"])
+            #expect(try await fixture.runCLI(["dispatch", "set /a 1", "set /a 2", "set /a 3", "set /a 4", "set /a 5"]).out == ["1", "2", "3", "4", "5"])
+            let some = try await fixture.runCLI(["history", "--from", "2", "--to", "4"])
+            #expect(some.status == 0, "\(some)")
+            #expect(some.out.compactMap { try? JSON(parsing: $0) }.map { $0["seq"] } == [2, 3, 4], "\(some)")
+            #expect(some.out.first.flatMap { try? JSON(parsing: $0) }?["action"] == ["type": "set", "path": "/a", "value": 2])
+            #expect(try await fixture.runCLI(["history", "--from", "5"]).out.count == 1)
+            #expect(try await fixture.runCLI(["history", "--from", "7"]).status == 2)
+            #expect(try await fixture.runCLI(["history", "--from", "1", "--to", "9"]).status == 1)
+            #expect(try await fixture.runCLI(["history"]).status == 2)
+            // Past the resume window (at least the last 10 000 actions): refused, saying why.
+            let writer = try fixture.attachedRawClient()
+            defer { writer.close() }
+            for n in 1...10_100 { try writer.send(["type": "dispatch", "id": JSON(n), "action": ["type": "set", "path": "/n", "value": JSON(n)]]) }
+            try await waitUntil("every dispatch to be sequenced") { try HubStatusProbe.status(fixture.socket).seq == 10_105 }
+            let old = try await fixture.runCLI(["history", "--from", "1", "--to", "2"])
+            #expect(old.status == 1 && old.err.joined().contains("resume window"), "\(old)")
+            let recent = try await fixture.runCLI(["history", "--from", "10100"])
+            #expect(recent.out.count == 6, "\(recent)")
+            hub.signal(SIGTERM)
+            _ = try await hub.waitForExit()
+        }
+
+        @Test("time travel: replica-cli state --at SEQ from the hub's window, hubd --export DIR --at SEQ from the data directory")
+        func stateAt() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let data = fixture.directory + "/data"
+            let hub = try await fixture.startHub(app: "json", extra: ["--data-dir", data, "--snapshot-every", "3"])
+            #expect(try await fixture.runCLI(["dispatch", "set /a 1", "set /b 2", "set /a 3", "remove /b", "set /c 5"]).out == ["1", "2", "3", "4", "5"])
+            #expect(try await fixture.runCLI(["state", "--at", "2"]).out == [#"{"a":1,"b":2}"#])
+            #expect(try await fixture.runCLI(["state", "--at", "0"]).out == ["{}"])
+            let json = try await fixture.runCLI(["state", "--at", "4", "--json", "--pointer", "/a"])
+            let line = try JSON(parsing: json.out.first ?? "")
+            #expect(line["seq"] == 4 && line["state"] == 3 && line["digest"]?.stringValue == JSONApp().digest(of: ["a": 3]), "\(json)")
+            #expect(try await fixture.runCLI(["state", "--at", "9"]).status == 1)
+            hub.signal(SIGTERM)
+            #expect(try await hub.waitForExit() == 0)
+            // Offline, from the directory: the snapshot at seq 5 (written at the stop) and the
+            // journal, which still starts at seq 1.
+            func exportAt(_ seq: String) async throws -> ChildProcess {
+                let child = try fixture.spawn(try Executables.url("hubd").path, ["--export", data, "--at", seq])
+                _ = try await child.waitForExit()
+                return child
+            }
+            #expect(try await exportAt("3").lines == [#"{"a":3,"b":2}"#])
+            #expect(try await exportAt("5").lines == [#"{"a":3,"c":5}"#])
+            let beyond = try await exportAt("6")
+            #expect(beyond.errorLines.joined().contains("holds actions up to seq 5"), "\(beyond.errorLines)")
+        }
+
         @Test("watch --diff prints each action with the JSON Patch it made to the state")
         func watchDiff() async throws {
             let fixture = try Fixture()
