@@ -424,7 +424,8 @@ public enum HubCommand {
             socketPath: SocketPath.resolve(explicit: socketFlag),
             maxFrameBytes: maxFrameBytes,
             maxQueuedBytesPerReplica: maxQueueBytes,
-            log: { line in logs.write(line) }
+            // The hub's own lines say "hubd: "; a hub of your own app says its own name.
+            log: { line in logs.write(program != "hubd" && line.hasPrefix("hubd: ") ? program + ": " + line.dropFirst(6) : line) }
         )
         configuration.dataDirectory = dataDirectory
         configuration.sharedLog = sharedLog

@@ -112,7 +112,7 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
       --version              Print the StoreSync version and exit.
       -h, --help             Print this help and exit.
 
-    SHORTHAND (besides JSON actions such as {"type":"increment"}):
+    SHORTHAND (besides actions written as JSON objects, {"type":…}):
     \(shorthand)
 
     Exit status: 0 success; 1 no hub, refused action or lost connection (one line on stderr);
@@ -220,7 +220,7 @@ public enum ReplicaCommand {
             fail("unknown command \"\(command)\"; the commands are attach, dispatch, state, watch, status, top and history", status: 2)
         }
         if command == "dispatch" && options.arguments.isEmpty {
-            fail("dispatch needs at least one ACTION, e.g. \(ReplicaCommand.program) dispatch '{\"type\":\"increment\"}'", status: 2)
+            fail("dispatch needs at least one ACTION, e.g. \(ReplicaCommand.program) dispatch '{\"type\":…}' (a JSON action of the hub's app)", status: 2)
         }
         // With --app, bad usage is reported (exit 2) before anything connects.
         if let name = options.app {

@@ -83,6 +83,14 @@ extension CodableSyncApp {
 }
 
 extension CodableSyncApp where Action: TaggedEnumCodable {
+    /// The help: the JSON shape of each action in the ``TaggedEnumCodable/taggedCases``
+    /// table (or the default line when there is no table).
+    public static var commandHelp: String {
+        let shapes = Action.taggedCases.shapes
+        guard !shapes.isEmpty else { return #"  {"type":…}                   any action of this app, as a JSON object"# }
+        return shapes.map { "  " + $0 }.joined(separator: "\n")
+    }
+
     /// Decodes an action through its ``TaggedEnumCodable/taggedCases`` table when that lists
     /// the action's `"type"`, else through its synthesized `Codable` conformance.
     ///

@@ -124,6 +124,19 @@ public struct TaggedCases<Value: TaggedEnumCodable>: Sendable {
         }
     }
 
+    /// Each case's JSON shape, one line per tag in the order given, e.g.
+    /// `{"type":"add","name":…,"amount":…}` (for help texts such as `:help` in `attach`).
+    public var shapes: [String] {
+        guard let storage else { return [] }
+        var seen: Set<String> = [], lines: [String] = []
+        for entry in storage.cases where seen.insert(entry.tag).inserted {
+            let tag = JSON.string(entry.tag).canonicalString
+            let members = entry.members.map { "," + JSON.string($0).canonicalString + ":…" }.joined()
+            lines.append("{\"type\":\(tag)\(members)}")
+        }
+        return lines
+    }
+
     /// Creates a table.
     ///
     /// - Parameter cases: One entry per case; a tag listed twice keeps its first entry.

@@ -140,12 +140,22 @@ extension MultiProcessTests {
                 try client.send(["type": "dispatch", "id": JSON(id), "action": ["type": "append", "path": "/log", "value": JSON(id)]])
                 let deadline = ContinuousClock.now + scaled(timeout)
                 while ContinuousClock.now < deadline {
-                    if let message = try client.poll(timeoutMilliseconds: 100), message["id"] == JSON(id),
-                       ["action", "reject", "duplicate"].contains(message["type"]?.stringValue ?? "") {
-                        return message
-                    }
+                    if let answer = try answer(host, id: id, pollMilliseconds: 100) { return answer }
                 }
                 throw HarnessError("dispatch \(id) on hub \(host) unanswered after \(timeout)")
+            }
+            /// Answers read on each host's client, by dispatch id (every answer is kept: one read
+            /// while waiting for another dispatch is found later).
+            var answers: [Int: [Int: JSON]] = [:]
+            /// The answer to dispatch `id` on `host`, reading for up to `pollMilliseconds`.
+            func answer(_ host: Int, id: Int, pollMilliseconds: Int32) throws -> JSON? {
+                if let found = answers[host]?[id] { return found }
+                guard let client = clients[host] else { throw HarnessError("no client on \(host)") }
+                if let message = try client.poll(timeoutMilliseconds: pollMilliseconds), let got = message["id"]?.intValue,
+                   ["action", "reject", "duplicate"].contains(message["type"]?.stringValue ?? "") {
+                    answers[host, default: [:]][got] = answers[host]?[got] ?? message
+                }
+                return answers[host]?[id]
             }
             var applied: [Int] = []
             var refusedIDs: [Int] = []
@@ -188,12 +198,10 @@ extension MultiProcessTests {
             var settled: JSON?
             let deadline = ContinuousClock.now + scaled(.seconds(90))
             while settled == nil, ContinuousClock.now < deadline {
-                if let message = try clients[2]?.poll(timeoutMilliseconds: 100), message["id"] == JSON(inDoubtID),
-                   message["type"] == "action" || message["type"] == "reject" {
-                    settled = message
-                }
+                // Refused at once if the hub already knew its link was gone; else settled later.
+                settled = try answer(2, id: inDoubtID, pollMilliseconds: 100)
             }
-            let outcome = try #require(settled, "the dispatch in doubt was never settled; hub 2: \(processes[1].errorLines.suffix(20)); seq \(String(describing: (try? HubStatusProbe.status(hubs.socket(2)))?.seq)), log \(String(describing: (try? HubStatusProbe.status(hubs.socket(2)))?.log))")
+            let outcome = try #require(settled, "the dispatch in doubt was never settled; hub 2: \(processes[1].errorLines.suffix(30)); seq \(String(describing: (try? HubStatusProbe.status(hubs.socket(2)))?.seq)), log \(String(describing: (try? HubStatusProbe.status(hubs.socket(2)))?.log))")
             if outcome["type"] == "action" { applied.append(inDoubtID) }
             try await waitUntil("hub 2 to take dispatches again", timeout: .seconds(90)) {
                 (try? HubStatusProbe.status(hubs.socket(2)))?.storage?["unavailable"] == nil
