@@ -126,3 +126,16 @@ struct ShorthandHookTests {
         #expect(json["type"] == "remove")
     }
 }
+
+@Suite("A Codable app's help")
+struct CodableHelpTests {
+    @Test(":help lists each action's JSON shape from the case table")
+    func shapes() {
+        #expect(CodableCounterApp.commandHelp == """
+              {"type":"increment"}
+              {"type":"decrement"}
+              {"type":"setIncrementing","value":…}
+              {"type":"setLimitText","text":…}
+            """)
+    }
+}
