@@ -57,22 +57,37 @@ extension Replica {
         let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000)
         let total = overflow ? Int64.max : scaled.addingReportingOverflow(attoseconds / 1_000_000_000_000_000).partialValue
         let milliseconds = Int32(clamping: max(1, total))
-        let outcome: Result<Replica, ReplicaError> = await withCheckedContinuation { continuation in
-            let thread = Thread {
-                do throws(ReplicaError) {
-                    let connection = try HubConnection(paths: paths)
-                    continuation.resume(returning: .success(try attach(
-                        app: app, over: connection, paths: paths, name: name, middleware: middleware, startReading: startReading,
-                        reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: milliseconds,
-                        onDispatchFailure: onDispatchFailure, frameHandler: frameHandler)))
-                } catch {
-                    continuation.resume(returning: .failure(error))
+        if Task.isCancelled { throw .cancelled }
+        // Cancelling the task ends the wait at once with `cancelled`; the attach thread then
+        // finishes on its own and closes the replica nobody is waiting for.
+        let waiter = ReplyWaiter<Replica>()
+        do {
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Replica, any Error>) in
+                    waiter.set(continuation)
+                    let thread = Thread {
+                        do throws(ReplicaError) {
+                            let connection = try HubConnection(paths: paths)
+                            let replica = try attach(
+                                app: app, over: connection, paths: paths, name: name, middleware: middleware, startReading: startReading,
+                                reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: milliseconds,
+                                onDispatchFailure: onDispatchFailure, frameHandler: frameHandler)
+                            if !waiter.resume(returning: replica) { replica.close() }
+                        } catch {
+                            waiter.resume(throwing: error)
+                        }
+                    }
+                    thread.name = "StoreSync attach"
+                    thread.start()
                 }
+            } onCancel: {
+                waiter.cancel()
             }
-            thread.name = "StoreSync attach"
-            thread.start()
+        } catch let error as ReplicaError {
+            throw error
+        } catch {
+            throw .disconnected(String(describing: error))
         }
-        return try outcome.get()
     }
 
     /// The link's life as an `AsyncSequence`: every ``ConnectionChange`` (dropped, reconnecting,

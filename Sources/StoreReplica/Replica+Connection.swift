@@ -76,7 +76,7 @@ extension Replica {
         case .diverged:
             // Healed by a full welcome: the hub's state replaces the local one.
             return true
-        case .noHub, .rejected, .protocolViolation:
+        case .noHub, .rejected, .protocolViolation, .cancelled:
             return false
         }
     }

@@ -24,14 +24,23 @@ extension Replica {
     /// - Throws: ``ReplicaError/rejected(_:)`` (`bad-action` or `rejected`), or ``ReplicaError/disconnected(_:)``.
     @discardableResult
     public func dispatch(json: JSON) async throws(ReplicaError) -> UInt64 {
+        // A task cancelled before the call sends nothing.
+        if Task.isCancelled { throw .cancelled }
         let id = link.makeID()
+        let waiter = ReplyWaiter<UInt64>()
         do {
-            return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<UInt64, any Error>) in
-                shared.withLock { $0.acks[id] = continuation }
-                if let failure = submit(id: id, json: json, awaited: true),
-                   let waiting = shared.withLock({ $0.acks.removeValue(forKey: id) }) {
-                    waiting.resume(throwing: failure)
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<UInt64, any Error>) in
+                    waiter.set(continuation)
+                    shared.withLock { $0.acks[id] = waiter }
+                    if let failure = submit(id: id, json: json, awaited: true),
+                       let waiting = shared.withLock({ $0.acks.removeValue(forKey: id) }) {
+                        waiting.resume(throwing: failure)
+                    }
                 }
+            } onCancel: {
+                // Only the wait ends: the dispatch stays pending (applied once, or refused).
+                waiter.cancel()
             }
         } catch let error as ReplicaError {
             throw error
@@ -135,31 +144,39 @@ extension Replica {
     /// link drops meanwhile, the drop fails the wait and the request is never sent on the next
     /// link (where its answer would be taken for a later request's).
     private func awaitReply<T: Sendable>(
-        register: @escaping (inout Shared, CheckedContinuation<T, any Error>) -> Void,
+        register: @escaping (inout Shared, ReplyWaiter<T>) -> Void,
         send: (Upstream) -> Upstream.Outcome,
-        unregister: @escaping (inout Shared) -> CheckedContinuation<T, any Error>?
+        unregister: @escaping (inout Shared) -> ReplyWaiter<T>?
     ) async throws(ReplicaError) -> T {
+        if Task.isCancelled { throw .cancelled }
+        let waiter = ReplyWaiter<T>()
         do {
-            return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-                var upstream: Upstream?
-                let ended = shared.withLock { shared -> ReplicaError? in
-                    if let reason = shared.ledger.endReason { return reason }
-                    if case .reconnecting(let attempt) = shared.ledger.link {
-                        return .disconnected("the link to the hub is being re-established (attempt \(attempt)); ask again once it is back")
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+                    waiter.set(continuation)
+                    var upstream: Upstream?
+                    let ended = shared.withLock { shared -> ReplicaError? in
+                        if let reason = shared.ledger.endReason { return reason }
+                        if case .reconnecting(let attempt) = shared.ledger.link {
+                            return .disconnected("the link to the hub is being re-established (attempt \(attempt)); ask again once it is back")
+                        }
+                        register(&shared, waiter)
+                        // The link is replaced before the state says connected, so this is the
+                        // link the registration belongs to.
+                        upstream = link.current
+                        return nil
                     }
-                    register(&shared, continuation)
-                    // The link is replaced before the state says connected, so this is the
-                    // link the registration belongs to.
-                    upstream = link.current
-                    return nil
+                    guard let upstream else {
+                        waiter.resume(throwing: ended ?? ReplicaError.disconnected("the link to the hub has ended"))
+                        return
+                    }
+                    if let failure = send(upstream).failure, let waiting = shared.withLock({ unregister(&$0) }) {
+                        waiting.resume(throwing: failure)
+                    }
                 }
-                guard let upstream else {
-                    continuation.resume(throwing: ended ?? ReplicaError.disconnected("the link to the hub has ended"))
-                    return
-                }
-                if let failure = send(upstream).failure, let waiting = shared.withLock({ unregister(&$0) }) {
-                    waiting.resume(throwing: failure)
-                }
+            } onCancel: {
+                // The waiter stays in its queue (answers are matched by order); its answer is dropped.
+                waiter.cancel()
             }
         } catch let error as ReplicaError {
             throw error

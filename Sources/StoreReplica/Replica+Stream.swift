@@ -8,10 +8,10 @@ extension Replica {
     struct Deliveries {
         @usableFromInline
         enum Step {
-            case acknowledged(CheckedContinuation<UInt64, any Error>, UInt64)
-            case refused(CheckedContinuation<UInt64, any Error>, ReplicaError)
-            case status(CheckedContinuation<HubStatus, any Error>, HubStatus)
-            case synced(CheckedContinuation<UInt64, any Error>, UInt64)
+            case acknowledged(ReplyWaiter<UInt64>, UInt64)
+            case refused(ReplyWaiter<UInt64>, ReplicaError)
+            case status(ReplyWaiter<HubStatus>, HubStatus)
+            case synced(ReplyWaiter<UInt64>, UInt64)
             case event([Observer], ReplicaEvent<App.Action>)
         }
 
@@ -95,7 +95,7 @@ extension Replica {
             lastSeq.store(seq, ordering: .releasing)
             // No tuple crosses the lock: where this runs unspecialised (a replica attached from
             // generic code), a tuple of generic types costs a locked metadata look-up per action.
-            var ack: CheckedContinuation<UInt64, any Error>?
+            var ack: ReplyWaiter<UInt64>?
             let observers = shared.withLock { shared -> [Observer] in
                 // Ours if this replica held that id in this history (a resume replays actions
                 // dispatched over an earlier connection, under its earlier replica id).
@@ -109,7 +109,7 @@ extension Replica {
                 deliveries.steps.append(.event(observers, .action(seq: seq, origin: origin, id: id, action: action, json: json)))
             }
         case .reject(let id, let error):
-            var ack: CheckedContinuation<UInt64, any Error>?
+            var ack: ReplyWaiter<UInt64>?
             let observers = shared.withLock { shared -> [Observer] in
                 shared.ledger.rejected(id)
                 ack = shared.acks.removeValue(forKey: id)
@@ -119,7 +119,7 @@ extension Replica {
             if !observers.isEmpty { deliveries.steps.append(.event(observers, .rejected(id: id, error: error))) }
         case .status(let status):
             // `.some(nil)`: the reader's own digest check; `nil`: nobody asked.
-            let waiter: CheckedContinuation<HubStatus, any Error>?? = shared.withLock { shared in
+            let waiter: ReplyWaiter<HubStatus>?? = shared.withLock { shared in
                 shared.statusWaiters.isEmpty ? .none : .some(shared.statusWaiters.removeFirst())
             }
             if case .some(.some(let caller)) = waiter { deliveries.steps.append(.status(caller, status)) }
@@ -139,7 +139,7 @@ extension Replica {
         case .duplicate(let id, let seq):
             // A re-sent dispatch the hub had already sequenced (its action was applied here
             // before the link dropped, or is part of the state a full welcome brought).
-            let ack = shared.withLock { shared -> CheckedContinuation<UInt64, any Error>? in
+            let ack = shared.withLock { shared -> ReplyWaiter<UInt64>? in
                 shared.ledger.duplicate(id) != nil ? shared.acks.removeValue(forKey: id) : nil
             }
             if let ack { deliveries.steps.append(.acknowledged(ack, seq)) }

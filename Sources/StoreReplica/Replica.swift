@@ -142,11 +142,11 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     @usableFromInline struct Shared {
         /// Dispatches, the link, the history: every decision about them is a method of this.
         @usableFromInline var ledger: ReplicaLedger
-        @usableFromInline var acks: [DispatchID: CheckedContinuation<UInt64, any Error>] = [:]
+        @usableFromInline var acks: [DispatchID: ReplyWaiter<UInt64>] = [:]
         /// Callers of ``status()``, in request order; `nil` is the reader's own digest check
         /// (see ``digestCheckInterval``).
-        @usableFromInline var statusWaiters: [CheckedContinuation<HubStatus, any Error>?] = []
-        @usableFromInline var syncWaiters: [CheckedContinuation<UInt64, any Error>] = []
+        @usableFromInline var statusWaiters: [ReplyWaiter<HubStatus>?] = []
+        @usableFromInline var syncWaiters: [ReplyWaiter<UInt64>] = []
         var closeWaiters: [CheckedContinuation<ReplicaError, Never>] = []
         @usableFromInline var observers: [Observer] = []
         var nextObserver = 1

@@ -16,6 +16,10 @@ public enum ReplicaError: Error, Sendable, Equatable, CustomStringConvertible {
     /// accepted, or its digest at a `checkpoint` differs (a reducer that is not deterministic,
     /// or different code on the two sides). A reconnecting replica heals by re-hydrating.
     case diverged(String)
+    /// The calling task was cancelled before the hub's answer came. For a dispatch this ends
+    /// only the wait: an action already sent may still be sequenced (its `action` event says
+    /// so), exactly once on its session.
+    case cancelled
 
     /// The message without the `disconnected: ` prefix a dropped link's reason would repeat.
     var plainMessage: String {
@@ -46,6 +50,7 @@ public enum ReplicaError: Error, Sendable, Equatable, CustomStringConvertible {
         case .disconnected(let message): "disconnected: \(message)"
         case .protocolViolation(let message): "protocol violation by the hub: \(message)"
         case .diverged(let message): "replica diverged from the hub: \(message); hub and replica must run the same app version"
+        case .cancelled: "cancelled: the calling task was cancelled before the hub answered (a dispatch already sent may still be applied)"
         }
     }
 }

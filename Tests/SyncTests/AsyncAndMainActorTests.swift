@@ -35,6 +35,57 @@ struct AsyncAndMainActorTests {
         try await hub.stop()
     }
 
+    @Test("Task cancellation ends the wait of attach, dispatch, status and sync at once; a cancelled dispatch is still applied once")
+    func cancellation() async throws {
+        let fixture = try Fixture()
+        defer { fixture.shutdown() }
+        let hub = try await fixture.startHub(app: "counter")
+        let replica = try await Replica.attach(app: CounterApp(), socketPath: fixture.socket, reconnect: .never, timeout: .seconds(10))
+        defer { replica.close() }
+        #expect(try await replica.dispatch(.increment) == 1)
+        // A hub that answers nothing (stopped): each wait is cancelled while it waits.
+        hub.signal(SIGSTOP)
+        defer { hub.signal(SIGCONT) }
+        func cancelled<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async throws -> T) async {
+            let task = Task { try await body() }
+            // Most likely waiting by then (the hub never answers); cancelled either way.
+            try? await Task.sleep(for: .milliseconds(100))
+            let start = ContinuousClock.now
+            task.cancel()
+            let result = await task.result
+            guard case .failure(let error) = result, case .cancelled? = error as? ReplicaError else {
+                Issue.record("\(what): expected cancelled, got \(result)")
+                return
+            }
+            #expect(ContinuousClock.now - start < .seconds(5), "\(what)")
+        }
+        await cancelled("dispatch") { try await replica.dispatch(.increment) }
+        await cancelled("status") { try await replica.status() }
+        await cancelled("sync") { try await replica.sync() }
+        await cancelled("attach") {
+            try await Replica.attach(app: CounterApp(), socketPath: fixture.socket, reconnect: .never, timeout: .seconds(60))
+        }
+        // Already cancelled: nothing is sent.
+        let early = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await replica.dispatch(.decrement)
+        }
+        guard case .failure(let error) = await early.result, case .cancelled? = error as? ReplicaError else {
+            Issue.record("a dispatch in a cancelled task must not be sent")
+            return
+        }
+        // The hub goes on: the cancelled dispatch (sent before its wait was cancelled) is
+        // applied once; the decrement never went; later answers still reach their callers.
+        hub.signal(SIGCONT)
+        try await replica.sync()
+        // The cancelled increment was sent when its wait began (unless the cancel came first,
+        // on a very slow machine): applied once at most, and the decrement never.
+        let count = replica.store.state.count
+        #expect(count == 2 || count == 1, "\(count)")
+        #expect(try await replica.status().seq == UInt64(count))
+        #expect(try await replica.dispatch(.increment) == UInt64(count + 1))
+    }
+
     @Test("the link's life is an AsyncSequence that ends with the replica")
     func linkChanges() async throws {
         let hub = try InProcessHub(CounterApp())
