@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stddef.h>
 #include <sys/socket.h>
+#include <stdlib.h>
 #include <unistd.h>
 #include "CSyncPOSIX.h"
 
@@ -28,5 +29,18 @@ int csyncposix_peer_groups(int fd, unsigned int *groups, int capacity) {
     socklen_t length = (socklen_t)(capacity * sizeof(gid_t));
     if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &length) != 0) return -1;
     return (int)(length / sizeof(gid_t));
+}
+
+int csyncposix_open_pseudo_terminal(int *master, int *slave) {
+    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0) return -1;
+    if (grantpt(m) != 0 || unlockpt(m) != 0) { close(m); return -1; }
+    char *name = ptsname(m);
+    if (name == NULL) { close(m); return -1; }
+    int s = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (s < 0) { close(m); return -1; }
+    *master = m;
+    *slave = s;
+    return 0;
 }
 #endif

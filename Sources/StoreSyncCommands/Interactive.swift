@@ -54,8 +54,13 @@ struct Interactive<App: SyncApp> {
             }
         }
         defer { token.cancel() }
+        // On a terminal (and not --json), lines are edited in place, with history and Tab
+        // completion; otherwise read as they come.
+        let editor = json ? nil : LineEditor.start(prompt: "> ", historyPath: LineEditor.defaultHistoryPath(name: "attach-history"),
+                                                   completions: [":state", ":digest", ":status", ":help", ":quit"] + Self.shorthandWords)
+        defer { editor?.close() }
         replica.startReading()
-        while let line = readLine(strippingNewline: true) {
+        while let line = editor.map({ $0.readLine() }) ?? readLine(strippingNewline: true) {
             let trimmed = line.trimmingSpaces
             if trimmed.isEmpty { continue }
             switch trimmed {
@@ -105,6 +110,22 @@ struct Interactive<App: SyncApp> {
                 do { try await replica.sync() } catch { await settleFailed(error) }
             }
         }
+    }
+
+    /// The first words of the app's shorthand, from its help (`word ARGS   text` lines, with
+    /// alternatives as `a | b`), for Tab completion.
+    static var shorthandWords: [String] {
+        var words: [String] = []
+        for line in App.commandHelp.split(separator: "\n") {
+            let trimmed = line.drop { $0 == " " }
+            guard let usage = trimmed.components(separatedBy: "  ").first else { continue }
+            for alternative in usage.components(separatedBy: " | ") {
+                guard let word = alternative.split(separator: " ").first,
+                      word.allSatisfy({ $0.isLetter || $0 == "-" }) else { continue }
+                words.append(String(word))
+            }
+        }
+        return Array(Set(words)).sorted()
     }
 
     /// What `attach` says about a line typed while the hub cannot be reached.

@@ -24,6 +24,12 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              "#SEQ from replica N: ACTION" ("(you)" marks this replica's own).
                              Ends at end of input or :quit (exit 0); rides through hub restarts
                              (see --no-reconnect, with which it ends when the hub goes, exit 1).
+                             On a terminal (without --json) the line is edited in place after
+                             a "> " prompt: Left/Right, Home/End, Ctrl-A/E/B/F, Backspace,
+                             Delete, Ctrl-K/U/W, Up/Down for history (the last 1000 lines, kept
+                             in $XDG_STATE_HOME/storesync/attach-history, else
+                             ~/.local/state/storesync/attach-history), Tab to complete
+                             :commands and shorthand words; Ctrl-D on an empty line ends it.
                              Each line is dispatched and acknowledged before the next is read,
                              so a later line (such as a thunk) sees the effect of earlier ones.
                              :digest first waits for everything sequenced so far, then prints

@@ -164,7 +164,7 @@ public enum AppCommandParsing {
             // A line that does not even start like an object is a mistyped command, not bad JSON.
             guard line.drop(while: { $0 == " " || $0 == "\t" }).first == "{" else {
                 let word = splitWord(line[...]).word
-                throw AppCodingError("unknown command \"\(word)\"; give a shorthand command (:help lists them) or a JSON action such as {\"type\":\"increment\"}")
+                throw AppCodingError("unknown command \"\(word)\"; give a shorthand command (:help lists them) or an action as a JSON object, {\"type\":…}")
             }
             throw AppCodingError("not a valid JSON action: \(error.description)")
         }

@@ -5,6 +5,7 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Synchronization
 
 /// Unbuffered line output to standard output and standard error.
 ///
@@ -22,7 +23,23 @@ public enum Console {
     /// - Parameter line: The text.
     public static func error(_ line: String) { writeLine(2, line) }
 
+    /// Where lines go instead while a ``LineEditor`` reads a line (drawn above it).
+    private static let interposer = Mutex<(@Sendable (String) -> Void)?>(nil)
+
+    /// Routes every line of ``out(_:)`` and ``error(_:)`` through `body` (a ``LineEditor``
+    /// prints them above the line being typed), or back to the descriptors with `nil`.
+    ///
+    /// - Parameter body: Prints one line.
+    public static func setInterposer(_ body: (@Sendable (String) -> Void)?) {
+        interposer.withLock { $0 = body }
+    }
+
     private static func writeLine(_ fd: Int32, _ line: String) {
+        // Called outside the lock: it writes to the terminal and takes the editor's own lock.
+        if let body = interposer.withLock({ $0 }) {
+            body(line)
+            return
+        }
         var bytes = Array(line.utf8)
         bytes.append(UInt8(ascii: "\n"))
         var offset = 0

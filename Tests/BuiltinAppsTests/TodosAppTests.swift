@@ -322,7 +322,7 @@ struct TodosAppTests {
     @Test("an unknown word is not JSON")
     func unknownWord() throws {
         let error = try #require(throws: AppCodingError.self) { try app.command("buy milk") }
-        #expect(error.message == #"unknown command "buy"; give a shorthand command (:help lists them) or a JSON action such as {"type":"increment"}"#)
+        #expect(error.message == #"unknown command "buy"; give a shorthand command (:help lists them) or an action as a JSON object, {"type":…}"#)
     }
 }
 

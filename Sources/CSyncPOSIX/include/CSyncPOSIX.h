@@ -17,6 +17,10 @@ int csyncposix_peer_credentials(int fd, unsigned int *uid, unsigned int *gid, in
 /// Returns how many were stored (at most `capacity`), or -1 with errno set (ERANGE: more
 /// than `capacity`; ENOPROTOOPT: an older kernel).
 int csyncposix_peer_groups(int fd, unsigned int *groups, int capacity);
+/// A pseudo-terminal pair (posix_openpt, grantpt, unlockpt, then the slave opened), both
+/// ends close-on-exec and without becoming a controlling terminal. Returns 0, or -1 with
+/// errno set. For tests of the interactive line editor.
+int csyncposix_open_pseudo_terminal(int *master, int *slave);
 #endif
 
 #endif
