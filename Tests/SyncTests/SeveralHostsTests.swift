@@ -172,7 +172,7 @@ extension MultiProcessTests {
                     #expect(answer["error"]?["code"] == "unavailable", "hub \(host): \(answer)")
                     refusedIDs.append(id)
                     guard ContinuousClock.now < deadline else {
-                        Issue.record("hub \(host) refused every dispatch for 90 s")
+                        Issue.record("hub \(host) refused every dispatch for 90 s (last: \(answer)); its log: \(processes[host - 1].errorLines.suffix(25))")
                         return
                     }
                     // Retried after a pause, as a client would (the stream elects a leader).
