@@ -54,7 +54,9 @@ extension Replica {
             case .wouldBlock:
                 _ = UnixSocket.waitUntil(upstream.fd, timeoutMilliseconds: -1)
             case .endOfFile:
-                return .disconnected(upstream.closedLocally ? "closed by this replica" : "the hub closed the connection")
+                // An end of file without an `error` first: the hub process ended without its
+                // goodbye (killed, crashed) or the connection was cut.
+                return .disconnected(upstream.closedLocally ? "closed by this replica" : "the hub closed the connection without a word (it was killed, crashed, or lost its socket)")
             case .failed(let code):
                 return .disconnected(SystemError.describe(errno: code))
             }

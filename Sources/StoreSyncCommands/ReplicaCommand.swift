@@ -179,7 +179,10 @@ func parseOptions(apps: [any SyncApp]) -> Options {
             options.arguments.append(contentsOf: cursor.rest())
         default:
             if argument.hasPrefix("--") && !["dispatch", "top", "history"].contains(options.command ?? "") {
-                fail("unknown option \"\(argument)\"; see \(ReplicaCommand.program) --help", status: 2)
+                let flags = ["--socket", "--app", "--name", "--pointer", "--json", "--no-reconnect", "--diff", "--at",
+                             "--hub-uid", "--version", "--help"]
+                let hint = closestFlag(argument, among: flags).map { " (did you mean \($0)?)" } ?? ""
+                fail("unknown option \"\(argument)\"\(hint); see \(ReplicaCommand.program) --help", status: 2)
             }
             if options.command == nil { options.command = argument } else { options.arguments.append(argument) }
         }
@@ -250,6 +253,9 @@ public enum ReplicaCommand {
             if command == "status" || appName == nil {
                 let status = try connection.status()
                 if command == "status" {
+                    if let asked = options.app, JSONKey(asked) != JSONKey(status.app) {
+                        Console.error("\(ReplicaCommand.program): note: the hub at \(connection.path) runs app \"\(status.app)\", not \"\(ControlCharacters.escaped(asked))\" (status does not attach, so --app changes nothing here)")
+                    }
                     printStatus(status, json: options.json)
                     return
                 }

@@ -860,6 +860,19 @@ extension MultiProcessTests {
             #expect(beyond.errorLines.joined().contains("holds actions up to seq 5"), "\(beyond.errorLines)")
         }
 
+        @Test("replica-cli: a mistyped option names the closest one; status says when --app is not the hub's")
+        func cliHints() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let hub = try await fixture.startHub(app: "json")
+            let typo = try await fixture.runCLI(["--jsn", "status"])
+            #expect(typo.status == 2 && typo.err.joined().contains("did you mean --json?"), "\(typo)")
+            let other = try await fixture.runCLI(["--app", "counter", "status"])
+            #expect(other.status == 0 && other.err.joined().contains("runs app \"json\", not \"counter\""), "\(other)")
+            hub.signal(SIGTERM)
+            _ = try await hub.waitForExit()
+        }
+
         @Test("watch --diff prints each action with the JSON Patch it made to the state")
         func watchDiff() async throws {
             let fixture = try Fixture()
