@@ -111,6 +111,10 @@ func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled
     for worker in workers {
         guard worker.readLine()?.hasPrefix("ready") == true else { throw SystemError("a worker failed to attach") }
     }
+    // CPU: this process (the hub's threads; its main thread only waits for the workers) and
+    // every worker's threads, from the scheduler's counters, over the timed part only.
+    let hubBefore = CPUTime.of(getpid())
+    let workersBefore = workers.map { CPUTime.of($0.process.processIdentifier) }
     let start = ContinuousClock.now
     for worker in workers { worker.send("go") }
     var digests: Set<String> = []
@@ -119,12 +123,16 @@ func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled
         digests.insert(String(line.split(separator: " ").last ?? ""))
     }
     let elapsed = nanoseconds(ContinuousClock.now - start)
+    let hubCPU = CPUTime.of(getpid()).since(hubBefore)
+    let workerCPU = zip(workers, workersBefore).map { CPUTime.of($0.process.processIdentifier).since($1) }
     for worker in workers { worker.finish() }
     guard digests.count == 1 else { throw SystemError("replicas disagree: \(digests)") }
+    var metrics: [(String, Double)] = [("actions_per_s", Double(total) / elapsed * 1e9), ("actions", Double(total))]
+    metrics.append(contentsOf: cpuMetrics(hub: hubCPU, workers: workerCPU, actions: total))
     return Result(scenario: "hub.throughput",
                   params: [("replicas", JSON(replicas)), ("app", "json"), ("fsync", .string(fsync?.rawValue ?? "memory")),
                            ("stalled", JSON(stalled)), ("window", JSON(dispatchWindow))],
-                  metrics: [("actions_per_s", Double(total) / elapsed * 1e9), ("actions", Double(total))])
+                  metrics: metrics)
 }
 
 /// Dispatch→ack and dispatch→applied-by-every-replica round trips of one replica (one
@@ -218,4 +226,20 @@ func socketBaseline(frames: Int) throws -> Result {
     let elapsed = nanoseconds(ContinuousClock.now - start)
     return Result(scenario: "baseline.socket", params: [("frame_bytes", JSON(frameSize))],
                   metrics: [("frames_per_s", Double(done.load(ordering: .acquiring)) / elapsed * 1e9)])
+}
+
+/// CPU microseconds per action: all processes, the hub, and the replicas by role (the
+/// dispatching main thread, the reader, the writer, the rest), summed over every replica.
+func cpuMetrics(hub: CPUTime, workers: [CPUTime], actions: Int) -> [(String, Double)] {
+    guard hub.total > 0, actions > 0 else { return [] }
+    var replicas = CPUTime()
+    for worker in workers { for (role, value) in worker.byRole { replicas.byRole[role, default: 0] += value } }
+    func perAction(_ nanoseconds: UInt64) -> Double { (Double(nanoseconds) / 1000 / Double(actions) * 100).rounded() / 100 }
+    let reader = replicas.byRole["storesync-read"] ?? 0
+    let writer = replicas.byRole["storesync-write"] ?? 0
+    let dispatcher = replicas.byRole["main"] ?? 0
+    return [("cpu_us_per_action", perAction(hub.total + replicas.total)), ("cpu_us_per_action_hub", perAction(hub.total)),
+            ("cpu_us_per_action_replica_dispatcher", perAction(dispatcher)), ("cpu_us_per_action_replica_reader", perAction(reader)),
+            ("cpu_us_per_action_replica_writer", perAction(writer)),
+            ("cpu_us_per_action_replica_other", perAction(replicas.total - reader - writer - dispatcher))]
 }

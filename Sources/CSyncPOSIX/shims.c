@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stddef.h>
 #include <sys/socket.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include "CSyncPOSIX.h"
@@ -43,4 +44,6 @@ int csyncposix_open_pseudo_terminal(int *master, int *slave) {
     *slave = s;
     return 0;
 }
+
+int csyncposix_set_thread_name(const char *name) { return pthread_setname_np(pthread_self(), name); }
 #endif

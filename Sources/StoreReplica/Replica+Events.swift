@@ -92,8 +92,11 @@ extension Replica {
             defer { value = nil }
             return value
         }) else { return }
-        let thread = Thread { [self] in self.runConnection(decoder: decoder) }
-        thread.name = "StoreSync replica \(replicaID) reader"
+        let thread = Thread { [self] in
+            setCurrentThreadName("storesync-read")   // for top -H, perf and /proc
+            self.runConnection(decoder: decoder)
+        }
+        thread.name = "storesync-read"
         thread.start()
     }
 }

@@ -174,8 +174,11 @@ final class Upstream: Sendable {
             return !state.writerStarted
         }
         if start {
-            let thread = Thread { [self] in writerLoop() }
-            thread.name = "StoreSync replica writer"
+            let thread = Thread { [self] in
+                setCurrentThreadName("storesync-write")   // for top -H, perf and /proc
+                writerLoop()
+            }
+            thread.name = "storesync-write"
             thread.start()
         }
         wakeWriter.signal()

@@ -21,6 +21,9 @@ int csyncposix_peer_groups(int fd, unsigned int *groups, int capacity);
 /// ends close-on-exec and without becoming a controlling terminal. Returns 0, or -1 with
 /// errno set. For tests of the interactive line editor.
 int csyncposix_open_pseudo_terminal(int *master, int *slave);
+/// pthread_setname_np(pthread_self(), name): the calling thread's name for the system (at
+/// most 15 bytes). Returns 0, or an error number.
+int csyncposix_set_thread_name(const char *name);
 #endif
 
 #endif
