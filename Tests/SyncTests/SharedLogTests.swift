@@ -5,6 +5,7 @@ import Glibc
 import Darwin
 #endif
 import BuiltinApps
+import NATSClient
 import StoreSyncTesting
 import SyncPOSIX
 import SyncProtocol
@@ -270,6 +271,25 @@ extension MultiProcessTests {
                                              hubArguments: ["--app", "json"], hubs: 3, sharedLog: hubs.url())
             let report = try await harness.run(Self.action)
             #expect(report.seq == 6 * 80, "\(report)")
+        }
+
+        @Test("a stream deleted under the hub stops it (exit 3) with a message, never a new history under its replicas")
+        func streamDeleted() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let nats = try NATSServer(fixture: fixture)
+            try await nats.start()
+            let hubs = SharedHubs(fixture: fixture, nats: [nats])
+            let hub = try await hubs.start(0)
+            let (client, _) = try hubs.attach(0, session: "s")
+            defer { client.close() }
+            try client.send(["type": "dispatch", "id": 1, "action": setAction("/a", 1)])
+            _ = try next(client, "the action") { $0["type"] == "action" }
+            let connection = try NATSConnection.connect(servers: [nats.address], name: "test")
+            defer { connection.close() }
+            _ = try connection.jetStream("STREAM.DELETE." + hubs.stream, nil)
+            #expect(try await hub.waitForExit(timeout: .seconds(60)) == 3)
+            #expect(hub.errorLines.contains { $0.contains("no longer exists") }, "\(hub.errorLines.suffix(5))")
         }
 
         @Test("a hub of another app refuses the stream with app-mismatch and exit status 4")

@@ -292,10 +292,14 @@ extension JetStreamLog {
                 try startConsumer()
                 let info = try connection.jetStream("STREAM.INFO." + names.stream, nil)
                 let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
+                if lostRecords(streamLast: last) { return }
                 facts.streamLast = last
                 catchUpTarget = last >= next ? last : nil
                 refreshFirstSeq()
                 try connection.flush()
+            } catch where error.kind == .api(code: 404, errCode: 10059) {
+                streamGone()
+                return
             } catch {
                 lost(error.message)
                 return
@@ -723,6 +727,7 @@ extension JetStreamLog {
                 switch code {
                 case 10071:
                     let streamLast = text.split(separator: ":").last.flatMap { UInt64($0.trimmingCharacters(in: .whitespaces)) } ?? (item.expectedLast + 1)
+                    if streamLast >= 1, lostRecords(streamLast: streamLast - 1) { return }
                     void(from: index, .conflict(from: item.record.seq, logLast: max(item.expectedLast, streamLast >= 1 ? streamLast - 1 : 0)))
                 case 10070:
                     void(from: index, .conflict(from: item.record.seq, logLast: item.expectedLast))
@@ -747,6 +752,26 @@ extension JetStreamLog {
             pending[index].ackedStreamSeq = UInt64(max(0, json["seq"]?.intValue ?? 0))
             releaseHeld()
             updateAvailability()
+        }
+
+        /// Whether the stream ends before the records this worker has already read (hub seq
+        /// `next - 1`): a NATS server lost actions it had acknowledged (a single server
+        /// restarted without them, or a stream replaced). The hub then stops (`broken`), since
+        /// going on would fork the history its replicas have seen; appends would only ever
+        /// conflict.
+        private func lostRecords(streamLast: UInt64) -> Bool {
+            guard streamLast + 1 < next else { return false }
+            emit([.broken(StorageError("the stream \(names.stream) ends at action seq \(streamLast), but this hub has read up to seq \(next - 1) from it: NATS lost actions it had acknowledged (a server restarted without its data, or the stream was replaced). The hub stops rather than fork the history its replicas have seen; see docs/OPERATIONS.md, \"Across hosts\" (use --nats-replicas 3, and restore or recreate the stream)"))])
+            return true
+        }
+
+        /// The stream was deleted under the hub: nothing it holds can be trusted to go on.
+        private func streamGone() {
+            connection?.close()
+            connection = nil
+            consumerSID = 0
+            facts.connected = false
+            emit([.broken(StorageError("the stream \(names.stream) no longer exists on NATS (it was deleted); the hub stops rather than start a new history under its replicas. Restore the stream, or start the hubs on a new one"))])
         }
 
         /// Goes on with the deliveries held for the oldest proposal's acknowledgement.
