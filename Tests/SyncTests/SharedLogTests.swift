@@ -280,7 +280,11 @@ extension MultiProcessTests {
             let nats = try NATSServer(fixture: fixture)
             try await nats.start()
             let hubs = SharedHubs(fixture: fixture, nats: [nats])
-            let hub = try await hubs.start(0)
+            let local = fixture.directory + "/local"
+            let hub = try await hubs.start(0, extra: ["--data-dir", local])
+            // status names the local snapshots' directory; fsync is NATS's business.
+            let storage = try HubStatusProbe.status(hubs.socket(0)).storage
+            #expect(storage?["data_dir"]?.stringValue == local && storage?["fsync"] == .null, "\(String(describing: storage))")
             let (client, _) = try hubs.attach(0, session: "s")
             defer { client.close() }
             try client.send(["type": "dispatch", "id": 1, "action": setAction("/a", 1)])

@@ -385,6 +385,7 @@ package final class FileLog: HubLog {
 
     package var status: LogStatus {
         var status = LogStatus(kind: "file", location: directory, fsync: mode)
+        status.dataDirectory = directory
         status.journalBytes = segments.reduce(0) { $0 + (handle?.size($1.name) ?? 0) }
         status.segments = segments.count
         status.snapshotSeq = snapshotSeq

@@ -227,6 +227,8 @@ package struct LogStatus: Sendable, Equatable {
     package var commits: Int = 0
     /// For a shared log: the `log` member of `status` (kind, servers, stream, last seq, connected).
     package var shared: JSON?
+    /// The data directory (a file log's journal, or a shared log's local snapshots), if any.
+    package var dataDirectory: String?
 
     package init(kind: String, location: String, fsync: FsyncMode? = nil) {
         self.kind = kind

@@ -409,6 +409,7 @@ package final class JetStreamLog: HubLog {
 
     package var status: LogStatus {
         var status = LogStatus(kind: "nats", location: configuration.redacted)
+        status.dataDirectory = dataDirectory
         status.snapshotSeq = worker.facts.sharedSnapshotSeq
         status.shared = worker.statusJSON
         return status

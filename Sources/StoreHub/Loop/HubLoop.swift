@@ -609,7 +609,7 @@ final class HubLoop {
         }
         let storage = sequencer.logStatus
         var members: [JSONKey: JSON] = [
-            "data_dir": storage.fsync == nil ? .null : .string(storage.location),
+            "data_dir": storage.dataDirectory.map { .string($0) } ?? .null,
             "journal_bytes": JSON(storage.journalBytes), "segments": JSON(storage.segments),
             "snapshot_seq": JSON(storage.snapshotSeq), "last_fsync_us": JSON(storage.lastFsyncMicroseconds),
             "fsync": storage.fsync.map { .string($0.rawValue) } ?? .null, "commits": JSON(storage.commits),
