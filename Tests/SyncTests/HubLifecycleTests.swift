@@ -52,7 +52,7 @@ extension MultiProcessTests {
             #expect(try await watcher.waitForExit() == 1, "the watcher ends when the hub goes")
             #expect(try await attached.waitForExit() == 1)
             #expect(attached.errorLines.count == 1, "attach reports the end once: \(attached.errorLines)")
-            #expect(watcher.errorLines == ["replica-cli: the hub closed the connection: shutting-down: the hub is shutting down at seq 1; attach again when it is back"])
+            #expect(watcher.errorLines == ["replica-cli: the hub closed the connection: shutting-down: the hub is shutting down at seq 1; reconnect (with resume) once it is back"])
         }
 
         @Test("the socket directory is created 0700 and the socket is 0600")

@@ -786,8 +786,8 @@ final class HubLoop {
         }
         for connection in connections.values where !connection.state.isClosing {
             let message = brokenLog == nil
-                ? "the hub is shutting down at seq \(sequencer.appliedSeq); attach again when it is back"
-                : "the hub stopped at seq \(sequencer.appliedSeq) because its log cannot be written safely; attach again once it is restarted"
+                ? "the hub is shutting down at seq \(sequencer.appliedSeq); reconnect (with resume) once it is back"
+                : "the hub stopped at seq \(sequencer.appliedSeq) because its log cannot be written safely; reconnect (with resume) once it is restarted"
             send(.error(WireError(.shuttingDown, message)), to: connection)
         }
         // One deadline for everyone: write what each socket takes, then wait in a single
