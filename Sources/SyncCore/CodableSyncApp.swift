@@ -106,3 +106,39 @@ extension CodableSyncApp where Action: TaggedEnumCodable {
         return try decodeThroughCodable(Action.self, from: json)
     }
 }
+
+extension CodableSyncApp where Action: TaggedEnumCodable {
+    /// A short digest of the app's wire shapes: each action case and its members (from
+    /// ``TaggedEnumCodable/taggedCases``) and the structure of `state` encoded (member names
+    /// and JSON types, not values). Put it in ``SyncApp/version`` so that a change of those
+    /// forms changes the fingerprint by itself:
+    ///
+    /// ```swift
+    /// static var version: String { "3." + shapeDigest(of: State()) }
+    /// ```
+    ///
+    /// It cannot see a change of behaviour (a reducer that adds 2 where it added 1): bump the
+    /// version's first part for those; replicas find such a divergence within about a second
+    /// anyway (docs/DEBUGGING.md).
+    ///
+    /// - Parameter state: A state whose encoding shows every member (usually the initial one).
+    /// - Returns: 8 lowercase hex digits.
+    public static func shapeDigest(of state: State) -> String {
+        let encoded = (try? JSONValueEncoder().encode(state)) ?? .null
+        let shape: JSON = ["actions": .array(Action.taggedCases.shapes.map { .string($0) }), "state": Self.shape(of: encoded)]
+        return String(Digest.of(shape).prefix(8))
+    }
+
+    /// The structure of a JSON value: objects keep their member names, arrays the shape of
+    /// their first element, scalars become their type's name.
+    private static func shape(of value: JSON) -> JSON {
+        switch value {
+        case .object(let members): .object(members.mapValues { shape(of: $0) })
+        case .array(let items): .array(items.first.map { [shape(of: $0)] } ?? [])
+        case .string: "string"
+        case .number: "number"
+        case .bool: "bool"
+        case .null: "null"
+        }
+    }
+}

@@ -139,3 +139,32 @@ struct CodableHelpTests {
             """)
     }
 }
+
+@Suite("A fingerprint from the app's wire shapes")
+struct ShapeDigestTests {
+    @Test("shapeDigest changes with the actions' or the state's shape, not with values")
+    func shapes() {
+        let base = CodableCounterApp.shapeDigest(of: CodableCounterApp.State())
+        #expect(base.count == 8 && base.allSatisfy(\.isHexDigit))
+        // Values do not matter; the digest is stable.
+        #expect(CodableCounterApp.shapeDigest(of: CodableCounterApp.State(count: 7, isIncrementing: false, limitText: "5")) == base)
+        #expect(CodableCounterApp.shapeDigest(of: CodableCounterApp.State()) == base)
+        // Another app's shapes give another digest.
+        #expect(WideShapes.shapeDigest(of: WideShapes.State()) != base)
+    }
+}
+
+/// A Codable app with a state of another shape (one member) and one action case.
+struct WideShapes: CodableSyncApp {
+    struct State: Codable, Equatable, Sendable { var total = 0 }
+    enum Action: TaggedEnumCodable, Equatable, Sendable {
+        case add(amount: Int)
+        static let taggedCases = TaggedCases<Action>(.case("add", Action.add, "amount"))
+    }
+    static let name = "wideshapes"
+    static let version = "1"
+    var initialState: State { State() }
+    func reduce(into state: inout State, action: Action) {
+        if case .add(let amount) = action { state.total &+= amount }
+    }
+}
