@@ -57,36 +57,23 @@ extension Replica {
         let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000)
         let total = overflow ? Int64.max : scaled.addingReportingOverflow(attoseconds / 1_000_000_000_000_000).partialValue
         let milliseconds = Int32(clamping: max(1, total))
-        if Task.isCancelled { throw .cancelled }
         // Cancelling the task ends the wait at once with `cancelled`; the attach thread then
         // finishes on its own and closes the replica nobody is waiting for.
-        let waiter = ReplyWaiter<Replica>()
-        do {
-            return try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Replica, any Error>) in
-                    waiter.set(continuation)
-                    let thread = Thread {
-                        do throws(ReplicaError) {
-                            let connection = try HubConnection(paths: paths)
-                            let replica = try attach(
-                                app: app, over: connection, paths: paths, name: name, middleware: middleware, startReading: startReading,
-                                reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: milliseconds,
-                                onDispatchFailure: onDispatchFailure, frameHandler: frameHandler)
-                            if !waiter.resume(returning: replica) { replica.close() }
-                        } catch {
-                            waiter.resume(throwing: error)
-                        }
-                    }
-                    thread.name = "StoreSync attach"
-                    thread.start()
+        return try await ReplyWaiter<Replica>().wait { waiter in
+            let thread = Thread {
+                do throws(ReplicaError) {
+                    let connection = try HubConnection(paths: paths)
+                    let replica = try attach(
+                        app: app, over: connection, paths: paths, name: name, middleware: middleware, startReading: startReading,
+                        reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: milliseconds,
+                        onDispatchFailure: onDispatchFailure, frameHandler: frameHandler)
+                    if !waiter.resume(returning: replica) { replica.close() }
+                } catch {
+                    waiter.resume(throwing: error)
                 }
-            } onCancel: {
-                waiter.cancel()
             }
-        } catch let error as ReplicaError {
-            throw error
-        } catch {
-            throw .disconnected(String(describing: error))
+            thread.name = "StoreSync attach"
+            thread.start()
         }
     }
 

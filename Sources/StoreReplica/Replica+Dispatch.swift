@@ -24,28 +24,15 @@ extension Replica {
     /// - Throws: ``ReplicaError/rejected(_:)`` (`bad-action` or `rejected`), or ``ReplicaError/disconnected(_:)``.
     @discardableResult
     public func dispatch(json: JSON) async throws(ReplicaError) -> UInt64 {
-        // A task cancelled before the call sends nothing.
-        if Task.isCancelled { throw .cancelled }
+        // A task cancelled before the call sends nothing; cancelled later, only the wait
+        // ends: the dispatch stays pending (applied once, or refused).
         let id = link.makeID()
-        let waiter = ReplyWaiter<UInt64>()
-        do {
-            return try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<UInt64, any Error>) in
-                    waiter.set(continuation)
-                    shared.withLock { $0.acks[id] = waiter }
-                    if let failure = submit(id: id, json: json, awaited: true),
-                       let waiting = shared.withLock({ $0.acks.removeValue(forKey: id) }) {
-                        waiting.resume(throwing: failure)
-                    }
-                }
-            } onCancel: {
-                // Only the wait ends: the dispatch stays pending (applied once, or refused).
-                waiter.cancel()
+        return try await ReplyWaiter<UInt64>().wait { waiter in
+            shared.withLock { $0.acks[id] = waiter }
+            if let failure = submit(id: id, json: json, awaited: true),
+               let waiting = shared.withLock({ $0.acks.removeValue(forKey: id) }) {
+                waiting.resume(throwing: failure)
             }
-        } catch let error as ReplicaError {
-            throw error
-        } catch {
-            throw .disconnected(String(describing: error))
         }
     }
 
@@ -148,40 +135,28 @@ extension Replica {
         send: (Upstream) -> Upstream.Outcome,
         unregister: @escaping (inout Shared) -> ReplyWaiter<T>?
     ) async throws(ReplicaError) -> T {
-        if Task.isCancelled { throw .cancelled }
-        let waiter = ReplyWaiter<T>()
-        do {
-            return try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-                    waiter.set(continuation)
-                    var upstream: Upstream?
-                    let ended = shared.withLock { shared -> ReplicaError? in
-                        if let reason = shared.ledger.endReason { return reason }
-                        if case .reconnecting(let attempt) = shared.ledger.link {
-                            return .disconnected("the link to the hub is being re-established (attempt \(attempt)); ask again once it is back")
-                        }
-                        register(&shared, waiter)
-                        // The link is replaced before the state says connected, so this is the
-                        // link the registration belongs to.
-                        upstream = link.current
-                        return nil
-                    }
-                    guard let upstream else {
-                        waiter.resume(throwing: ended ?? ReplicaError.disconnected("the link to the hub has ended"))
-                        return
-                    }
-                    if let failure = send(upstream).failure, let waiting = shared.withLock({ unregister(&$0) }) {
-                        waiting.resume(throwing: failure)
-                    }
+        // The waiter stays in its queue when cancelled (answers are matched by order); its
+        // answer is then dropped.
+        try await ReplyWaiter<T>().wait { waiter in
+            var upstream: Upstream?
+            let ended = shared.withLock { shared -> ReplicaError? in
+                if let reason = shared.ledger.endReason { return reason }
+                if case .reconnecting(let attempt) = shared.ledger.link {
+                    return .disconnected("the link to the hub is being re-established (attempt \(attempt)); ask again once it is back")
                 }
-            } onCancel: {
-                // The waiter stays in its queue (answers are matched by order); its answer is dropped.
-                waiter.cancel()
+                register(&shared, waiter)
+                // The link is replaced before the state says connected, so this is the
+                // link the registration belongs to.
+                upstream = link.current
+                return nil
             }
-        } catch let error as ReplicaError {
-            throw error
-        } catch {
-            throw .disconnected(String(describing: error))
+            guard let upstream else {
+                waiter.resume(throwing: ended ?? ReplicaError.disconnected("the link to the hub has ended"))
+                return
+            }
+            if let failure = send(upstream).failure, let waiting = shared.withLock({ unregister(&$0) }) {
+                waiting.resume(throwing: failure)
+            }
         }
     }
 

@@ -22,6 +22,32 @@ final class ReplyWaiter<T: Sendable>: Sendable {
 
     @usableFromInline init() {}
 
+    /// Waits for the answer: `start` registers this waiter and sends the request; the task's
+    /// cancellation ends the wait with ``ReplicaError/cancelled`` (a task already cancelled
+    /// does not call `start`, so nothing is sent).
+    ///
+    /// - Parameter start: Registers the waiter where the answer will find it, and asks.
+    /// - Returns: The answer.
+    /// - Throws: ``ReplicaError``: the failure the waiter was resumed with, or `cancelled`.
+    @usableFromInline
+    func wait(_ start: (ReplyWaiter<T>) -> Void) async throws(ReplicaError) -> T {
+        if Task.isCancelled { throw .cancelled }
+        do {
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+                    set(continuation)
+                    start(self)
+                }
+            } onCancel: {
+                cancel()
+            }
+        } catch let error as ReplicaError {
+            throw error
+        } catch {
+            throw .disconnected(String(describing: error))
+        }
+    }
+
     /// Sets the continuation; resumes it at once when the task was cancelled meanwhile.
     ///
     /// - Parameter continuation: The caller's continuation.

@@ -103,14 +103,34 @@ enum GenericClient {
         let last = to ?? status.seq
         guard from <= last else { fail("history --from \(from) is after --to \(last)", status: 2) }
         guard last <= status.seq else { fail("the hub is at seq \(status.seq); --to \(last) is not sequenced yet") }
+        try replay(over: connection, status: status, from: from, through: last, fingerprint: nil, name: options.name,
+                   older: "the hub no longer holds seq \(from) in its resume window (it holds at least the last 10000 actions, more within --backlog-bytes); for older actions read its data directory with hubd --export DIR") { seq, origin, id, action in
+            Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
+        }
+    }
+
+    /// Reads the actions `from`…`last` from the hub's resume window: a `hello` resuming at
+    /// `from` − 1 (PROTOCOL.md §12), then the replayed actions, each handed to `each`.
+    ///
+    /// - Parameters:
+    ///   - connection: A connection that has only asked for `status`.
+    ///   - status: The hub's status (its app and history).
+    ///   - from: The first seq.
+    ///   - last: The last seq.
+    ///   - fingerprint: The app's fingerprint, when this program has the app.
+    ///   - name: The replica's name.
+    ///   - older: The message (exit 1) when the window no longer reaches `from`.
+    ///   - each: Called with each action's seq, origin, id and JSON, in order.
+    static func replay(over connection: HubConnection, status: HubStatus, from: UInt64, through last: UInt64, fingerprint: String?,
+                       name: String?, older: String, each: (UInt64, Int, DispatchID, JSON) -> Void) throws(ReplicaError) {
         guard let historyID = status.history else { throw .protocolViolation("the hub's status has no history id") }
-        try connection.send(.hello(protocolVersion: 1, app: status.app, fingerprint: nil, name: options.name ?? ReplicaCommand.program,
+        try connection.send(.hello(protocolVersion: 1, app: status.app, fingerprint: fingerprint, name: name ?? ReplicaCommand.program,
                                    resume: ResumePoint(history: historyID, seq: from - 1)))
         switch try connection.receive() {
         case .welcome(let welcome) where welcome.resumed:
             break
         case .welcome:
-            fail("the hub no longer holds seq \(from) in its resume window (it holds at least the last 10000 actions, more within --backlog-bytes); for older actions read its data directory with hubd --export DIR")
+            fail(older)
         case .error(let error):
             throw .hub(error)
         default:
@@ -119,7 +139,7 @@ enum GenericClient {
         while true {
             switch try connection.receive(timeoutMilliseconds: 60_000) {
             case .action(let seq, let origin, let id, let action):
-                Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
+                each(seq, origin, id, action)
                 if seq >= last { return }
             case .error(let error):
                 throw .hub(error)
@@ -130,18 +150,6 @@ enum GenericClient {
     }
 
     private static func printState(_ welcome: Welcome, options: Options) {
-        let whole = welcome.state ?? .null
-        var shown = whole
-        if let pointerText = options.pointer {
-            let pointer: JSONPointer
-            do { pointer = try JSONPointer(pointerText) } catch { fail(error.description, status: 2) }
-            guard let value = whole.value(at: pointer) else { fail("no value at \(pointerText) in the state") }
-            shown = value
-        }
-        if options.json {
-            Console.out(JSON.object(["seq": JSON(welcome.seq), "digest": .string(welcome.digest ?? Digest.of(whole)), "state": shown]).canonicalString)
-        } else {
-            Console.out(shown.canonicalString)
-        }
+        ReplicaCommand.printState(welcome.state ?? .null, seq: welcome.seq, digest: welcome.digest, options: options)
     }
 }

@@ -385,41 +385,37 @@ public enum ReplicaCommand {
     static func stateAt<App: SyncApp>(_ seq: UInt64, app: App, over connection: HubConnection, options: Options) throws(ReplicaError) {
         let status = try connection.status()
         guard seq <= status.seq else { fail("the hub is at seq \(status.seq); seq \(seq) is not sequenced yet") }
-        guard let historyID = status.history else { throw .protocolViolation("the hub's status has no history id") }
         var state = app.initialState
         if seq > 0 {
-            try connection.send(.hello(protocolVersion: 1, app: status.app, fingerprint: type(of: app).fingerprint, name: options.name ?? ReplicaCommand.program,
-                                       resume: ResumePoint(history: historyID, seq: 0)))
-            switch try connection.receive() {
-            case .welcome(let welcome) where welcome.resumed:
-                break
-            case .welcome:
-                fail("the state at seq \(seq) cannot be rebuilt: the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); with a data directory, hubd --export DIR --at \(seq) rebuilds it from the newest snapshot at or before it")
-            case .error(let error):
-                throw .hub(error)
-            default:
-                throw .protocolViolation("the hub's first answer to hello was not a welcome")
-            }
-            reading: while true {
-                switch try connection.receive(timeoutMilliseconds: 60_000) {
-                case .action(let got, _, _, let json):
-                    do {
-                        let action = try app.decodeAction(json)
-                        do throws(App.Failure) { try app.reduce(into: &state, action: action) } catch {
-                            fail("sequenced action \(got) is refused by this reducer (\(app.describe(error))): this program's app differs from the hub's")
-                        }
-                    } catch {
-                        fail("sequenced action \(got) does not decode here: \(error.message)")
-                    }
-                    if got >= seq { break reading }
-                case .error(let error):
-                    throw .hub(error)
-                default:
-                    continue
+            try GenericClient.replay(over: connection, status: status, from: 1, through: seq, fingerprint: App.fingerprint,
+                                     name: options.name,
+                                     older: "the state at seq \(seq) cannot be rebuilt: the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); with a data directory, hubd --export DIR --at \(seq) rebuilds it from the newest snapshot at or before it") { got, _, _, json in
+                let action: App.Action
+                do throws(AppCodingError) { action = try app.decodeAction(json) } catch {
+                    fail("sequenced action \(got) does not decode here: \(error.message)")
+                }
+                do throws(App.Failure) { try app.reduce(into: &state, action: action) } catch {
+                    fail("sequenced action \(got) is refused by this reducer (\(app.describe(error))): this program's app differs from the hub's")
                 }
             }
         }
-        let whole = app.encodeState(state)
+        printState(app.encodeState(state), seq: seq, options: options)
+    }
+
+    static func printState<App: SyncApp>(_ replica: Replica<App>, options: Options) throws(ReplicaError) {
+        printState(replica.app.encodeState(replica.store.state), seq: replica.seq, options: options)
+    }
+
+    /// Prints a state as `state` does: the whole of it, or the value at `--pointer`, as one
+    /// line of canonical JSON; with `--json`, `{"digest":…,"seq":…,"state":…}` (the digest is
+    /// always of the whole state).
+    ///
+    /// - Parameters:
+    ///   - whole: The state's JSON.
+    ///   - seq: The seq it is the state after.
+    ///   - digest: Its digest when known (else computed).
+    ///   - options: The command line.
+    static func printState(_ whole: JSON, seq: UInt64, digest: String? = nil, options: Options) {
         var shown = whole
         if let pointerText = options.pointer {
             let pointer: JSONPointer
@@ -428,23 +424,7 @@ public enum ReplicaCommand {
             shown = value
         }
         if options.json {
-            Console.out(JSON.object(["seq": JSON(seq), "digest": .string(Digest.of(whole)), "state": shown]).canonicalString)
-        } else {
-            Console.out(shown.canonicalString)
-        }
-    }
-
-    static func printState<App: SyncApp>(_ replica: Replica<App>, options: Options) throws(ReplicaError) {
-        let whole = replica.app.encodeState(replica.store.state)
-        var shown = whole
-        if let pointerText = options.pointer {
-            let pointer: JSONPointer
-            do { pointer = try JSONPointer(pointerText) } catch { fail(error.description, status: 2) }
-            guard let value = whole.value(at: pointer) else { fail("no value at \(pointerText) in the state") }
-            shown = value
-        }
-        if options.json {
-            Console.out(JSON.object(["seq": JSON(replica.seq), "digest": .string(Digest.of(whole)), "state": shown]).canonicalString)
+            Console.out(JSON.object(["seq": JSON(seq), "digest": .string(digest ?? Digest.of(whole)), "state": shown]).canonicalString)
         } else {
             Console.out(shown.canonicalString)
         }

@@ -575,15 +575,7 @@ extension JetStreamLog {
             // applied from the hub's copy, so the record is not decoded again.
             if let first = pending.first, tokens.count > streamSeqToken, tokens[streamSeqToken] == first.record.seq + 1,
                first.record.seq == next, message.subject == names.actions, message.payload == first.payload {
-                guard first.acknowledged else {
-                    held.append(message)
-                    return
-                }
-                guard first.ackedStreamSeq == 0 || first.ackedStreamSeq == first.record.seq + 1 else {
-                    // The stream's leader stored it elsewhere: this server's copy is not the stream's.
-                    readAgain(because: "a NATS server delivered seq \(first.record.seq) as this hub's proposal, which the stream stored at seq \(first.ackedStreamSeq - 1)")
-                    return
-                }
+                guard mayApply(first, delivered: message) else { return }
                 next += 1
                 pending.removeFirst()
                 if facts.firstSeq == 0 { facts.firstSeq = first.record.seq }
@@ -620,14 +612,7 @@ extension JetStreamLog {
             gapAt = nil
             if let first = pending.first, first.record.seq == record.seq {
                 if first.record.origin == record.origin, first.record.id == record.id {
-                    guard first.acknowledged else {
-                        held.append(message)
-                        return
-                    }
-                    guard first.ackedStreamSeq == 0 || first.ackedStreamSeq == first.record.seq + 1 else {
-                        readAgain(because: "a NATS server delivered seq \(first.record.seq) as this hub's proposal, which the stream stored at seq \(first.ackedStreamSeq - 1)")
-                        return
-                    }
+                    guard mayApply(first, delivered: message) else { return }
                     pending.removeFirst()
                 } else {
                     // Another hub's record took the seq of this hub's oldest proposal: every
@@ -642,6 +627,22 @@ extension JetStreamLog {
             emit([.appended(record)])
             if let target = catchUpTarget, next > target { catchUpTarget = nil }
             updateAvailability()
+        }
+
+        /// Whether this hub's own proposal, read back from the stream, may be applied: only once
+        /// the stream's leader acknowledged it at that seq. Before, the delivery is held (and
+        /// those after it); acknowledged elsewhere, the seq is read again from the stream.
+        private func mayApply(_ first: Pending, delivered message: NATSMessage) -> Bool {
+            guard first.acknowledged else {
+                held.append(message)
+                return false
+            }
+            guard first.ackedStreamSeq == 0 || first.ackedStreamSeq == first.record.seq + 1 else {
+                // The stream's leader stored it elsewhere: this server's copy is not the stream's.
+                readAgain(because: "a NATS server delivered seq \(first.record.seq) as this hub's proposal, which the stream stored at seq \(first.ackedStreamSeq - 1)")
+                return false
+            }
+            return true
         }
 
         /// The decimal number right after the first `key` in `bytes` (0 when there is none).
