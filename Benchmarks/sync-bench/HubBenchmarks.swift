@@ -111,24 +111,7 @@ func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled
     for worker in workers {
         guard worker.readLine()?.hasPrefix("ready") == true else { throw SystemError("a worker failed to attach") }
     }
-    // CPU: this process (the hub's threads; its main thread only waits for the workers) and
-    // every worker's threads, from the scheduler's counters, over the timed part only.
-    let hubBefore = CPUTime.of(getpid())
-    let workersBefore = workers.map { CPUTime.of($0.process.processIdentifier) }
-    let start = ContinuousClock.now
-    for worker in workers { worker.send("go") }
-    var digests: Set<String> = []
-    for worker in workers {
-        guard let line = worker.readLine(), line.hasPrefix("done") else { throw SystemError("a worker failed") }
-        digests.insert(String(line.split(separator: " ").last ?? ""))
-    }
-    let elapsed = nanoseconds(ContinuousClock.now - start)
-    let hubCPU = CPUTime.of(getpid()).since(hubBefore)
-    let workerCPU = zip(workers, workersBefore).map { CPUTime.of($0.process.processIdentifier).since($1) }
-    for worker in workers { worker.finish() }
-    guard digests.count == 1 else { throw SystemError("replicas disagree: \(digests)") }
-    var metrics: [(String, Double)] = [("actions_per_s", Double(total) / elapsed * 1e9), ("actions", Double(total))]
-    metrics.append(contentsOf: cpuMetrics(hub: hubCPU, workers: workerCPU, actions: total))
+    let metrics = try timedRun(workers, actions: total)
     return Result(scenario: "hub.throughput",
                   params: [("replicas", JSON(replicas)), ("app", "json"), ("fsync", .string(fsync?.rawValue ?? "memory")),
                            ("stalled", JSON(stalled)), ("window", JSON(dispatchWindow))],
@@ -226,6 +209,34 @@ func socketBaseline(frames: Int) throws -> Result {
     let elapsed = nanoseconds(ContinuousClock.now - start)
     return Result(scenario: "baseline.socket", params: [("frame_bytes", JSON(frameSize))],
                   metrics: [("frames_per_s", Double(done.load(ordering: .acquiring)) / elapsed * 1e9)])
+}
+
+/// Starts the attached workers together, waits until each has seen every action, checks that
+/// they agree, and measures: actions per second, and the CPU per action of this process (the
+/// hub's threads; its main thread only waits for the workers) and of every worker's threads,
+/// from the scheduler's counters, over the timed part only.
+///
+/// - Parameters:
+///   - workers: Workers that said `ready`.
+///   - actions: How many actions they dispatch in all.
+/// - Returns: The metrics.
+func timedRun(_ workers: [WorkerProcess], actions: Int) throws -> [(String, Double)] {
+    let hubBefore = CPUTime.of(getpid())
+    let workersBefore = workers.map { CPUTime.of($0.process.processIdentifier) }
+    let start = ContinuousClock.now
+    for worker in workers { worker.send("go") }
+    var digests: Set<String> = []
+    for worker in workers {
+        guard let line = worker.readLine(), line.hasPrefix("done") else { throw SystemError("a worker failed") }
+        digests.insert(String(line.split(separator: " ").last ?? ""))
+    }
+    let elapsed = nanoseconds(ContinuousClock.now - start)
+    let hubCPU = CPUTime.of(getpid()).since(hubBefore)
+    let workerCPU = zip(workers, workersBefore).map { CPUTime.of($0.process.processIdentifier).since($1) }
+    for worker in workers { worker.finish() }
+    guard digests.count == 1 else { throw SystemError("replicas disagree: \(digests)") }
+    return [("actions_per_s", Double(actions) / elapsed * 1e9), ("actions", Double(actions))]
+        + cpuMetrics(hub: hubCPU, workers: workerCPU, actions: actions)
 }
 
 /// CPU microseconds per action: all processes, the hub, and the replicas by role (the

@@ -23,7 +23,7 @@ struct JSONPatchTests {
 
     @Test("applying the diff of two random documents gives the second, for 2 000 pairs")
     func roundTrip() {
-        var random = SplitMix(seed: 2026)
+        var random = SplitMix64(seed: 2026)
         for _ in 0..<2_000 {
             let a = random.document(depth: 3)
             let b = random.next() % 4 == 0 ? random.document(depth: 3) : random.mutated(a, depth: 3)
@@ -33,17 +33,8 @@ struct JSONPatchTests {
     }
 }
 
-/// A small deterministic generator of JSON documents.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+/// JSON documents from the tests' seedable generator.
+extension SplitMix64 {
     mutating func scalar() -> JSON {
         switch next() % 5 {
         case 0: return .null
