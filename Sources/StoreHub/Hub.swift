@@ -59,6 +59,11 @@ public final class Hub<App: SyncApp>: Sendable {
         self.engine = engine
         self.configuration = configuration
         self.hubID = Digest.hex(UInt64.random(in: 0...UInt64.max))
+        // A socket path that names something else is refused before anything is prepared (a
+        // data directory, a lock file), so a failed start leaves nothing behind.
+        if configuration.listeningDescriptor == nil, let problem = UnixSocket.notASocket(configuration.socketPath) {
+            throw HubError(problem)
+        }
         // No process-wide SIGPIPE setting: every socket write uses MSG_NOSIGNAL / SO_NOSIGPIPE.
         let ends: (read: Int32, write: Int32)
         do throws(SystemError) {

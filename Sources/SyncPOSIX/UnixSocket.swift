@@ -26,6 +26,16 @@ public enum UnixSocket {
         case failed(Int32)
     }
 
+    /// Why `path` cannot be a hub's socket, when something other than a socket is there.
+    ///
+    /// - Parameter path: A socket path.
+    /// - Returns: The refusal, or `nil` when nothing or a socket is there.
+    public static func notASocket(_ path: String) -> SystemError? {
+        var info = stat()
+        guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) != S_IFSOCK else { return nil }
+        return SystemError("\(path) exists and is not a socket; refusing to replace it — remove it or choose another --socket path")
+    }
+
     /// Binds and listens on `path`, replacing a stale socket file but never a live hub.
     ///
     /// The socket's directory is created if missing (mode 0700, or 0750 for a shared group)

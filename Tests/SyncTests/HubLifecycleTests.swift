@@ -75,10 +75,14 @@ extension MultiProcessTests {
             let fixture = try Fixture()
             defer { fixture.shutdown() }
             try Data("precious".utf8).write(to: URL(fileURLWithPath: fixture.socket))
-            let hub = try fixture.spawn("hubd", ["--socket", fixture.socket])
+            let data = fixture.directory + "/data"
+            let hub = try fixture.spawn("hubd", ["--socket", fixture.socket, "--data-dir", data])
             #expect(try await hub.waitForExit() == 1)
             #expect(hub.errorLines.contains { $0.contains("is not a socket") })
             #expect(try String(contentsOfFile: fixture.socket, encoding: .utf8) == "precious")
+            // Refused before anything was prepared: no data directory, no lock file beside it.
+            #expect(!FileManager.default.fileExists(atPath: data))
+            #expect(!FileManager.default.fileExists(atPath: fixture.socket + ".lock"))
             let cli = try await fixture.runCLI(["status"])
             #expect(cli.status == 1)
             #expect(cli.err.count == 1)
