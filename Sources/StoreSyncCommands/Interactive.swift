@@ -28,14 +28,20 @@ struct Interactive<App: SyncApp> {
         } else {
             Console.out("attached to hub \(replica.hubID) as replica \(me) — app \(App.fingerprint), seq \(replica.welcomeSeq), digest \(app.digest(of: replica.store.state)); type :help")
         }
+        // Actions replayed while the link comes back (a resume) are printed after its "link
+        // back" line, which the library reports once the replay is over.
+        let held = HeldLines()
         let token = replica.observeEvents { event in
             switch event {
             case .action(let seq, let origin, let id, _, let action):
-                if json {
-                    Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
-                } else {
+                let line = json
+                    ? JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString
                     // Own: any replica id this replica held in this history (they change on reconnect).
-                    Console.out("#\(seq) from replica \(origin)\(replica.isOwn(origin: origin) ? " (you)" : ""): \(action.canonicalString)")
+                    : "#\(seq) from replica \(origin)\(replica.isOwn(origin: origin) ? " (you)" : ""): \(action.canonicalString)"
+                if case .reconnecting = replica.linkState {
+                    held.hold(line)
+                } else {
+                    Console.out(line)
                 }
             case .rejected(let id, let error):
                 if json {
@@ -49,7 +55,12 @@ struct Interactive<App: SyncApp> {
                 } else if let line = linkLine(change) {
                     Console.out(line)
                 }
+                switch change {
+                case .resumed, .rehydrated: for line in held.take() { Console.out(line) }
+                default: break
+                }
             case .disconnected(let reason):
+                for line in held.take() { Console.out(line) }
                 exitDisconnected(reason)
             }
         }
@@ -195,4 +206,15 @@ extension String {
         while let last = text.last, last == " " || last == "\t" || last == "\r" { text.removeLast() }
         return String(text)
     }
+}
+
+/// Lines `attach` holds back until the link-back line (the actions a resume replays).
+final class HeldLines: Sendable {
+    private let lines = Mutex<[String]>([])
+
+    /// Keeps a line for later.
+    func hold(_ line: String) { lines.withLock { $0.append(line) } }
+
+    /// The lines held so far, oldest first; none are kept.
+    func take() -> [String] { lines.withLock { lines in defer { lines = [] }; return lines } }
 }

@@ -873,6 +873,32 @@ extension MultiProcessTests {
             _ = try await hub.waitForExit()
         }
 
+        @Test("attach prints its link-back line before the actions a resume replays")
+        func linkBackFirst() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let data = fixture.directory + "/data"
+            var hub = try await fixture.startHub(app: "json", extra: ["--data-dir", data])
+            let attached = try fixture.cli(["attach"])
+            try await waitUntil("attach to attach") { try HubStatusProbe.status(fixture.socket).replicas.count == 1 }
+            #expect(try await fixture.runCLI(["dispatch", "set /a 1"]).out == ["1"])
+            _ = try await attached.waitForLine("#1") { $0.hasPrefix("#1 ") }
+            // attach is stopped while the hub restarts and seq 2 is sequenced without it.
+            attached.signal(SIGSTOP)
+            hub.signal(SIGKILL)
+            _ = try await hub.waitForExit()
+            hub = try await fixture.startHub(app: "json", extra: ["--data-dir", data])
+            #expect(try await fixture.runCLI(["dispatch", "set /b 2"]).out == ["2"])
+            attached.signal(SIGCONT)
+            _ = try await attached.waitForLine("#2, replayed") { $0.hasPrefix("#2 ") }
+            let lines = attached.lines
+            let back = try #require(lines.firstIndex { $0.hasPrefix("link back: resumed at seq 1") }, "\(lines)")
+            let replayed = try #require(lines.firstIndex { $0.hasPrefix("#2 ") })
+            #expect(back < replayed, "\(lines)")
+            hub.signal(SIGTERM)
+            _ = try await hub.waitForExit()
+        }
+
         @Test("watch --diff prints each action with the JSON Patch it made to the state")
         func watchDiff() async throws {
             let fixture = try Fixture()
