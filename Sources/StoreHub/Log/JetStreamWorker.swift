@@ -262,6 +262,10 @@ extension JetStreamLog {
         var catchUpTarget: UInt64?
         var lastDelivery = ContinuousClock.now
         var lastResend = ContinuousClock.now
+        /// When `status`'s facts about other hubs' work (trimming, shared snapshots) were last read.
+        var lastFactsRefresh = ContinuousClock.now
+        /// How often those facts are read again.
+        static let factsRefreshInterval: Duration = .seconds(30)
         var backoff: Duration = .milliseconds(100)
         var nextAttempt = ContinuousClock.now
         let runID = Digest.hex(UInt64.random(in: 0...UInt64.max))
@@ -420,6 +424,10 @@ extension JetStreamLog {
                     lastResend = now
                     resendPending()
                 }
+            }
+            if connection != nil, now - lastFactsRefresh > Self.factsRefreshInterval {
+                lastFactsRefresh = now
+                refreshSharedFacts()
             }
             if connection != nil, now - lastDelivery > Self.consumerSilence {
                 // The consumer went quiet (its server died, or it was removed): start another
@@ -805,6 +813,19 @@ extension JetStreamLog {
             lastProposal = nil
             emit([event])
             updateAvailability()
+        }
+
+        /// Reads again what other hubs change without this one seeing it in the stream of
+        /// actions: the oldest action kept (their trimming) and the newest shared snapshot.
+        private func refreshSharedFacts() {
+            refreshFirstSeq()
+            if let connection, let answer = try? connection.jetStream("STREAM.MSG.GET." + names.meta, ["last_by_subj": .string(names.head)]),
+               let data = answer["message"]?["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }),
+               let head = try? JSON(parsing: [UInt8](data)), head["history"]?.stringValue == history,
+               let seq = head["seq"]?.intValue, seq > 0 {
+                facts.sharedSnapshotSeq = max(facts.sharedSnapshotSeq, UInt64(seq))
+            }
+            publishFacts()
         }
 
         /// Reads which action is the oldest the stream holds (for `status`).
