@@ -41,7 +41,9 @@ extension Replica {
             let seq = lastSeq.load(ordering: .relaxed)
             if seq != checkedSeq, let interval = Self.digestCheckInterval {
                 let now = ContinuousClock.now
-                if now - lastCheck >= interval {
+                // A large state is checked less often (see `digestCheckCost`).
+                let spacing = max(interval, .nanoseconds(digestCheckCost.load(ordering: .relaxed)) * 1_000)
+                if now - lastCheck >= spacing {
                     lastCheck = now
                     checkedSeq = seq
                     shared.withLock { $0.statusWaiters.append(nil) }
@@ -220,7 +222,8 @@ extension Replica {
     /// How often, at most, the reader asks the hub for its digest while actions flow, to
     /// compare with its own at the same seq (`status`, answered in order); a difference is a
     /// divergence, healed by re-hydrating like a failed checkpoint. Costs the hub one digest
-    /// of its state per replica per interval while actions flow.
+    /// of its state per replica per interval while actions flow; for a large state the
+    /// interval grows (at least 1 000 times what one digest takes here).
     static var digestCheckInterval: Duration? { .seconds(1) }
 
     /// After a resume's replay (its `sync` came back): re-sends what is still pending and

@@ -125,7 +125,11 @@ extension Replica {
             if case .some(.some(let caller)) = waiter { deliveries.steps.append(.status(caller, status)) }
             // Answered in order: every action up to `status.seq` was applied here just before.
             if case .some(.none) = waiter, status.seq == lastSeq.load(ordering: .relaxed) {
+                let started = ContinuousClock.now
                 let local = app.digest(of: store.unobservedState)
+                let cost = ContinuousClock.now - started
+                digestCheckCost.store(Int(cost.components.seconds) * 1_000_000_000 + Int(cost.components.attoseconds / 1_000_000_000),
+                                      ordering: .relaxed)
                 if local != status.digest {
                     return .diverged("at seq \(status.seq) this replica's state digest is \(local), the hub's is \(status.digest): a reducer is not deterministic (a clock, a random value or a global read inside it), or the two sides run different code (a changed reducer needs a new app version)")
                 }
