@@ -254,6 +254,12 @@ extension JetStreamLog {
         /// a hub applies its own proposal only once the stream's leader acknowledged it at
         /// that seq.
         var held: [NATSMessage] = []
+        /// Reading record by record (`STREAM.MSG.GET`, answered by the stream's leader) because
+        /// no consumer can be created now: consumers need the cluster's JetStream meta leader,
+        /// which a 2.9 cluster that lost a node can take minutes to elect while the stream
+        /// itself works. A consumer is tried again every 5 s.
+        var polling = false
+        var lastConsumerAttempt = ContinuousClock.now
         /// The last proposal sent (a proposal right after it is pipelined on it).
         var lastProposal: (seq: UInt64, id: String)?
         var facts = Facts()
@@ -293,7 +299,7 @@ extension JetStreamLog {
             facts.connected = true
             facts.server = connection.server
             do throws(NATSError) {
-                try startConsumer()
+                try startConsumerOrPoll()
                 let info = try connection.jetStream("STREAM.INFO." + names.stream, nil)
                 let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
                 if lostRecords(streamLast: last) { return }
@@ -313,6 +319,53 @@ extension JetStreamLog {
             // expectations: stored ones come back as duplicates, overtaken ones as conflicts.
             resendPending()
             publishFacts()
+        }
+
+        /// Starts a consumer or, when JetStream cannot create one now (no answer, or it says it
+        /// is temporarily unavailable), reads record by record until it can.
+        private func startConsumerOrPoll() throws(NATSError) {
+            lastConsumerAttempt = .now
+            do throws(NATSError) {
+                try startConsumer()
+                if polling { worker.note("hubd: reading the shared log with a consumer again, from seq \(next)") }
+                polling = false
+            } catch where error.kind == .timeout || error.kind == .noResponders || error.kind == .api(code: 503, errCode: 10008)
+                || error.kind == .api(code: 500, errCode: 10008) {
+                if let connection, consumerSID != 0 { connection.unsubscribe(consumerSID) }
+                consumerSID = 0
+                if !polling {
+                    worker.note("hubd: NATS cannot create a consumer now (\(error.message)); reading the shared log record by record until it can")
+                }
+                polling = true
+            }
+        }
+
+        /// Reads the records after `next` one request each (at most 256 a turn), as a consumer
+        /// would deliver them.
+        private func pollRecords() {
+            guard let connection else { return }
+            for _ in 0..<256 {
+                guard held.isEmpty else { return }
+                let answer: JSON
+                do throws(NATSError) {
+                    answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(next + 1)])
+                } catch where error.kind == .api(code: 404, errCode: 10037) {
+                    return  // not written yet
+                } catch {
+                    lost(error.message)
+                    return
+                }
+                guard let message = answer["message"], let seq = message["seq"]?.intValue,
+                      let subject = message["subject"]?.stringValue else { return }
+                let payload = message["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }.map { [UInt8]($0) } ?? []
+                let headers = message["hdrs"]?.stringValue.flatMap { Data(base64Encoded: $0) }.flatMap { NATSHeaders.decode([UInt8]($0)[...]) }
+                // The reply subject a push consumer would give it: the stream seq is read from it.
+                let reply = "$JS.ACK.\(names.stream).poll.1.\(seq).1.0.0"
+                lastDelivery = .now
+                let before = next
+                delivered(NATSMessage(subject: subject, sid: 0, reply: reply, headers: headers, payload: payload))
+                if next == before { return }
+            }
         }
 
         private func startConsumer() throws(NATSError) {
@@ -336,6 +389,7 @@ extension JetStreamLog {
             connection = nil
             consumerSID = 0
             held.removeAll()
+            polling = false
             facts.connected = false
             if !pending.isEmpty || !inDoubt {
                 emit([.inDoubt(from: pending.first?.record.seq ?? next, reason: "the link to NATS dropped: \(reason)")])
@@ -390,7 +444,7 @@ extension JetStreamLog {
                     if connection.hasOutput { try connection.flush(timeoutMilliseconds: 1_000) }
                     var entries = [pollfd(fd: connection.fd, events: Int16(POLLIN), revents: 0),
                                    pollfd(fd: worker.wakeFD, events: Int16(POLLIN), revents: 0)]
-                    _ = systemPoll(&entries, 2, 200)
+                    _ = systemPoll(&entries, 2, polling ? 20 : 200)
                     if entries[0].revents != 0 {
                         for message in try connection.read(timeoutMilliseconds: 0) { receive(message) }
                     }
@@ -429,7 +483,12 @@ extension JetStreamLog {
                 lastFactsRefresh = now
                 refreshSharedFacts()
             }
-            if connection != nil, now - lastDelivery > Self.consumerSilence {
+            if connection != nil, polling {
+                pollRecords()
+                if now - lastConsumerAttempt > .seconds(5) {
+                    do throws(NATSError) { try startConsumerOrPoll() } catch { lost(error.message) }
+                }
+            } else if connection != nil, now - lastDelivery > Self.consumerSilence {
                 // The consumer went quiet (its server died, or it was removed): start another
                 // where the stream was left off.
                 do throws(NATSError) {
