@@ -151,7 +151,11 @@ extension MultiProcessTests {
             func answer(_ host: Int, id: Int, pollMilliseconds: Int32) throws -> JSON? {
                 if let found = answers[host]?[id] { return found }
                 guard let client = clients[host] else { throw HarnessError("no client on \(host)") }
-                if let message = try client.poll(timeoutMilliseconds: pollMilliseconds), let got = message["id"]?.intValue,
+                let polled: JSON?
+                do { polled = try client.poll(timeoutMilliseconds: pollMilliseconds) } catch {
+                    throw HarnessError("hub \(host): \(error); running \(processes[host - 1].isRunning); its log: \(processes[host - 1].errorLines.suffix(30))")
+                }
+                if let message = polled, let got = message["id"]?.intValue,
                    ["action", "reject", "duplicate"].contains(message["type"]?.stringValue ?? "") {
                     answers[host, default: [:]][got] = answers[host]?[got] ?? message
                 }

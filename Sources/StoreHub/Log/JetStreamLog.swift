@@ -225,8 +225,11 @@ package final class JetStreamLog: HubLog {
             do throws(NATSError) {
                 _ = try connection.jetStream("STREAM.CREATE." + name, config)
                 note("hubd: created the stream \(name) (\(configuration.replicas) replica\(configuration.replicas == 1 ? "" : "s")) on \(connection.server)")
-            } catch where error.kind == .api(code: 400, errCode: 10058) {
-                // Another hub created it meanwhile (with other settings): use theirs.
+            } catch where error.kind == .api(code: 400, errCode: 10058) || error.kind == .api(code: 400, errCode: 10065) {
+                // Another hub created it meanwhile (with other settings: "name already in
+                // use"; or, as the server checks subjects first, "subjects overlap with an
+                // existing stream"): use theirs. A stream of another name holding these
+                // subjects fails here, saying so.
                 _ = try connection.jetStream("STREAM.INFO." + name, nil)
             }
         }
