@@ -302,18 +302,29 @@ extension JetStreamLog {
                 try startConsumerOrPoll()
                 let info = try connection.jetStream("STREAM.INFO." + names.stream, nil)
                 let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
-                if lostRecords(streamLast: last) { return }
+                if last + 1 < next {
+                    // Answered perhaps by a server without the stream's leader (an election):
+                    // stopped on only if it is still so 10 s later, across reconnects.
+                    if confirmed("short") {
+                        _ = lostRecords(streamLast: last)
+                    } else {
+                        lost("the stream \(names.stream) says it ends at action seq \(last), before the seq \(next - 1) this hub has read; asking again")
+                    }
+                    return
+                }
                 facts.streamLast = last
                 catchUpTarget = last >= next ? last : nil
                 refreshFirstSeq()
                 try connection.flush()
             } catch where error.kind == .api(code: 404, errCode: 10059) {
-                streamGone()
+                // As above: a stream is taken as deleted only when NATS still says so 10 s on.
+                if confirmed("gone") { streamGone() } else { lost("NATS says the stream \(names.stream) does not exist; asking again") }
                 return
             } catch {
                 lost(error.message)
                 return
             }
+            suspicion = nil
             backoff = .milliseconds(100)
             // What was in flight when the link dropped goes again, with the same ids and
             // expectations: stored ones come back as duplicates, overtaken ones as conflicts.
@@ -831,6 +842,20 @@ extension JetStreamLog {
             guard streamLast + 1 < next else { return false }
             emit([.broken(StorageError("the stream \(names.stream) ends at action seq \(streamLast), but this hub has read up to seq \(next - 1) from it: NATS lost actions it had acknowledged (a server restarted without its data, or the stream was replaced). The hub stops rather than fork the history its replicas have seen; see docs/OPERATIONS.md, \"Across hosts\" (use --nats-replicas 3, and restore or recreate the stream)"))])
             return true
+        }
+
+        /// What NATS said that would stop the hub, and since when it has said so.
+        var suspicion: (what: String, since: ContinuousClock.Instant)?
+
+        /// Whether NATS has kept saying `what` for 10 s (across reconnects): a cluster electing
+        /// leaders can answer from a server that does not have the stream's state.
+        private func confirmed(_ what: String) -> Bool {
+            let now = ContinuousClock.now
+            guard let suspicion, suspicion.what == what else {
+                self.suspicion = (what, now)
+                return false
+            }
+            return now - suspicion.since >= .seconds(10)
         }
 
         /// The stream was deleted under the hub: nothing it holds can be trusted to go on.
