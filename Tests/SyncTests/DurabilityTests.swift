@@ -308,12 +308,12 @@ extension MultiProcessTests {
             // What survives a restart is exactly what was acknowledged.
             let again = try Hub(app: JSONApp(), configuration: configuration)
             #expect(again.history == hub.history)
-            Thread.detachNewThread { try? again.run() }
+            let running = HubThread(again)
             let check = try Replica.attach(app: JSONApp(), socketPath: fixture.socket)
             #expect(check.store.state == ["a": 1, "c": 3])
             #expect(check.welcomeSeq == 2)
             check.close()
-            again.stop()
+            try await running.stop()
         }
 
         @Test("snapshots compact the journal: disk use stays bounded by the state plus the retained window")
@@ -346,11 +346,11 @@ extension MultiProcessTests {
             hub.stop()
             try await waitUntil("the hub to stop") { finished.load(ordering: .acquiring) }
             let again = try Hub(app: JSONApp(), configuration: configuration)
-            Thread.detachNewThread { try? again.run() }
+            let running = HubThread(again)
             let check = try Replica.attach(app: JSONApp(), socketPath: fixture.socket)
             #expect(check.store.state == ["n": 1_000])
             check.close()
-            again.stop()
+            try await running.stop()
         }
     }
 }

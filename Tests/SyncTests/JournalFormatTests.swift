@@ -169,9 +169,9 @@ extension MultiProcessTests {
             StorageFaults.writeFailure.withLock { $0 = nil }
             StorageFaults.truncateFailure.withLock { $0 = nil }
             let again = try Hub(app: JSONApp(), configuration: configuration)
-            Thread.detachNewThread { try? again.run() }
-            defer { again.stop() }
+            let running = HubThread(again)
             #expect(try Self.state(fixture.socket)["a"] == 1)
+            try await running.stop()
         }
 
         @Test("temporary files are created afresh and never followed: a link planted at replica-ids.json.tmp is not written through")

@@ -4,6 +4,8 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import StoreHub
+import SyncCore
 import SyncPOSIX
 import SyncProtocol
 import Synchronization
@@ -74,9 +76,12 @@ final class Fixture: Sendable {
 
     /// Kills every child still running and removes the temporary directory.
     func shutdown() {
-        for child in children.withLock({ $0 }) where child.isRunning {
-            child.signal(SIGKILL)
-        }
+        let running = children.withLock({ $0 }).filter(\.isRunning)
+        for child in running { child.signal(SIGKILL) }
+        // SIGKILL is delivered asynchronously: a hub still running could write a journal
+        // segment into the directory while it is being removed, and leave it behind.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while running.contains(where: \.isRunning), ContinuousClock.now < deadline { usleep(1_000) }
         try? FileManager.default.removeItem(atPath: directory)
     }
 }
@@ -156,5 +161,27 @@ final class RawClient {
     func receive() throws -> JSON {
         guard let message = try receiveOrEOF() else { throw HarnessError("the hub closed the connection") }
         return message
+    }
+}
+
+/// A hub run on a thread of its own in this process.
+final class HubThread: Sendable {
+    private let done = Atomic<Bool>(false)
+    private let stopHub: @Sendable () -> Void
+
+    /// Starts `hub.run()` on a new thread.
+    init<App: SyncApp>(_ hub: Hub<App>) {
+        stopHub = { hub.stop() }
+        Thread.detachNewThread { [self] in
+            try? hub.run()
+            done.store(true, ordering: .releasing)
+        }
+    }
+
+    /// Stops the hub and waits until `run` has returned (its final snapshot written), so the
+    /// fixture's directory can be removed after.
+    func stop() async throws {
+        stopHub()
+        try await waitUntil("the hub thread to finish") { done.load(ordering: .acquiring) }
     }
 }
