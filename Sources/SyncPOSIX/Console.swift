@@ -32,11 +32,15 @@ public enum Console {
     /// - Parameter body: Prints one line.
     public static func setInterposer(_ body: (@Sendable (String) -> Void)?) {
         interposer.withLock { $0 = body }
+        interposing.store(body != nil, ordering: .releasing)
     }
+
+    /// Whether an interposer is set: lines printed without one (`watch`, pipes) take no lock.
+    private static let interposing = Atomic<Bool>(false)
 
     private static func writeLine(_ fd: Int32, _ line: String) {
         // Called outside the lock: it writes to the terminal and takes the editor's own lock.
-        if let body = interposer.withLock({ $0 }) {
+        if interposing.load(ordering: .acquiring), let body = interposer.withLock({ $0 }) {
             body(line)
             return
         }

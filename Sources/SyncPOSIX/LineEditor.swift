@@ -50,6 +50,16 @@ public final class LineEditor: Sendable {
                 $0.history = Array(lines.suffix(Self.historyLimit))
                 $0.position = $0.history.count
             }
+            // Lines are appended one by one; the file is cut back to the last `historyLimit`
+            // once it holds twice that, so it never grows without bound.
+            if lines.count > 2 * Self.historyLimit {
+                let fd = open(historyPath, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC)
+                if fd >= 0 {
+                    let bytes = Array((lines.suffix(Self.historyLimit).joined(separator: "\n") + "\n").utf8)
+                    _ = bytes.withUnsafeBytes { systemWrite(fd, $0.baseAddress, $0.count) }
+                    _ = systemClose(fd)
+                }
+            }
         }
     }
 
@@ -289,15 +299,15 @@ public final class LineEditor: Sendable {
     private static func append(_ line: String, to path: String) {
         let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return }
-        defer { _ = Glibc_close(fd) }
+        defer { _ = systemClose(fd) }
         let bytes = Array((line + "\n").utf8)
-        _ = bytes.withUnsafeBytes { Glibc_write(fd, $0.baseAddress, $0.count) }
+        _ = bytes.withUnsafeBytes { systemWrite(fd, $0.baseAddress, $0.count) }
     }
 
     private func readByte() -> UInt8? {
         var byte: UInt8 = 0
         while true {
-            let n = Glibc_read(STDIN_FILENO, &byte, 1)
+            let n = systemRead(STDIN_FILENO, &byte, 1)
             if n == 1 { return byte }
             if n < 0, currentErrno() == EINTR { continue }
             return nil
@@ -307,7 +317,7 @@ public final class LineEditor: Sendable {
     private func write(_ bytes: [UInt8]) {
         var offset = 0
         while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc_write(STDOUT_FILENO, $0.baseAddress.map { $0 + offset }, $0.count - offset) }
+            let n = bytes.withUnsafeBytes { systemWrite(STDOUT_FILENO, $0.baseAddress.map { $0 + offset }, $0.count - offset) }
             if n > 0 { offset += n } else if n < 0, currentErrno() == EINTR { continue } else { return }
         }
     }
@@ -323,15 +333,15 @@ private func restoreTerminal() {
     }
 }
 
-@inline(__always) private func Glibc_read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
+@inline(__always) private func systemRead(_ fd: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
     read(fd, buffer, count)
 }
 
-@inline(__always) private func Glibc_write(_ fd: Int32, _ buffer: UnsafeRawPointer?, _ count: Int) -> Int {
+@inline(__always) private func systemWrite(_ fd: Int32, _ buffer: UnsafeRawPointer?, _ count: Int) -> Int {
     write(fd, buffer, count)
 }
 
-@inline(__always) private func Glibc_close(_ fd: Int32) -> Int32 {
+@inline(__always) private func systemClose(_ fd: Int32) -> Int32 {
     close(fd)
 }
 

@@ -725,35 +725,29 @@ extension JetStreamLog {
 
         /// The decimal number right after the first `key` in `bytes` (0 when there is none).
         static func number(after key: StaticString, in bytes: [UInt8]) -> UInt64 {
-            let needle = UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount)
-            guard needle.count <= bytes.count else { return 0 }
-            var index = 0
-            while index + needle.count <= bytes.count {
-                if bytes[index..<(index + needle.count)].elementsEqual(needle) {
-                    var value: UInt64 = 0
-                    var position = index + needle.count
-                    while position < bytes.count, bytes[position] == UInt8(ascii: " ") { position += 1 }
-                    while position < bytes.count, bytes[position] >= UInt8(ascii: "0"), bytes[position] <= UInt8(ascii: "9") {
-                        value = value &* 10 &+ UInt64(bytes[position] - UInt8(ascii: "0"))
-                        position += 1
-                    }
-                    return value
-                }
-                index += 1
+            guard var position = index(after: key, in: bytes) else { return 0 }
+            var value: UInt64 = 0
+            while position < bytes.count, bytes[position] == UInt8(ascii: " ") { position += 1 }
+            while position < bytes.count, bytes[position] >= UInt8(ascii: "0"), bytes[position] <= UInt8(ascii: "9") {
+                value = value &* 10 &+ UInt64(bytes[position] - UInt8(ascii: "0"))
+                position += 1
             }
-            return 0
+            return value
         }
 
         /// Whether `bytes` contain `text`'s UTF-8 bytes.
-        static func contains(_ bytes: [UInt8], _ text: StaticString) -> Bool {
-            let needle = UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
-            guard needle.count <= bytes.count, let first = needle.first else { return false }
+        static func contains(_ bytes: [UInt8], _ text: StaticString) -> Bool { index(after: text, in: bytes) != nil }
+
+        /// Where the first occurrence of `needle`'s UTF-8 bytes in `bytes` ends, if there is one.
+        private static func index(after needle: StaticString, in bytes: [UInt8]) -> Int? {
+            let needle = UnsafeBufferPointer(start: needle.utf8Start, count: needle.utf8CodeUnitCount)
+            guard needle.count <= bytes.count, let first = needle.first else { return nil }
             var index = 0
             while index + needle.count <= bytes.count {
-                if bytes[index] == first, bytes[index..<(index + needle.count)].elementsEqual(needle) { return true }
+                if bytes[index] == first, bytes[index..<(index + needle.count)].elementsEqual(needle) { return index + needle.count }
                 index += 1
             }
-            return false
+            return nil
         }
 
         /// The numeric tokens of a `$JS.ACK…` reply subject (non-numbers as 0), read from bytes.
