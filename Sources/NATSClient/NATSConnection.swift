@@ -63,6 +63,10 @@ public final class NATSConnection {
     private var queued: [NATSMessage] = []
     private var closed = false
 
+    /// Whether messages read while waiting for a reply are waiting for the next
+    /// ``read(timeoutMilliseconds:)`` (the socket may then have nothing new to wake a poll).
+    public var hasQueuedMessages: Bool { !queued.isEmpty }
+
     private init(fd: Int32, server: String, info: JSON) {
         self.fd = fd
         self.server = server

@@ -26,8 +26,8 @@ public struct HubConfiguration: Sendable {
         public static let backlogBytes = 64 << 20
         /// `--checkpoint-every`.
         public static let checkpointEvery = 10_000
-        /// `--checkpoint-interval`, in milliseconds (0: off).
-        public static let checkpointIntervalMilliseconds = 0
+        /// `--checkpoint-interval`, in milliseconds (0: off): one second.
+        public static let checkpointIntervalMilliseconds = 1_000
         /// `--dedup-window`.
         public static let dedupWindow = 1_000
         /// `--idle-timeout`, in seconds.
@@ -83,11 +83,12 @@ public struct HubConfiguration: Sendable {
     /// A `checkpoint` (the state's digest) follows every action whose seq is a multiple of
     /// this (default 10,000; 0 sends none).
     public var checkpointEvery: Int = Defaults.checkpointEvery
-    /// Also a `checkpoint` after the first action once this much time has passed since the
-    /// last one (default off: `nil` or zero, by seq only), for clients that check only
-    /// checkpoints. The Swift library needs none: its replicas compare digests with the hub
-    /// about once a second by themselves, while actions flow.
-    public var checkpointInterval: Duration? = nil
+    /// While actions flow, also a `checkpoint` after the first action once this much time has
+    /// passed since the last one (default one second; `nil` or zero: by seq only). A flow starts
+    /// with an action after a quiet interval and its first interval carries none, so a
+    /// replica that differs learns it within about two intervals of steady traffic, and a few
+    /// dispatches at a time are never followed by a checkpoint.
+    public var checkpointInterval: Duration? = .milliseconds(Defaults.checkpointIntervalMilliseconds)
     /// Applies every action to two copies of the state and refuses (`rejected`) one whose
     /// results differ: a reducer that reads a clock, a random source or a global is caught
     /// before it diverges the replicas (default off: two more reducer runs and two state digests per live action; recovery is not checked).

@@ -51,7 +51,7 @@ extension Replica {
         reconnect: ReconnectPolicy, session: String?, startReading: Bool, timeout: Duration,
         onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?, frameHandler: @escaping FrameHandler
     ) async throws(ReplicaError) -> Replica {
-        let paths = SocketPath.resolveList(explicit: socketPath)
+        let paths = SocketPath.resolveList(explicit: socketPath, app: App.name)
         let (seconds, attoseconds) = timeout.components
         // Saturating: a huge timeout is "a very long time", never an overflow.
         let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000)

@@ -48,7 +48,7 @@ extension Replica {
         startReading: Bool, reconnect: ReconnectPolicy, session: String?,
         onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?, frameHandler: @escaping FrameHandler
     ) throws(ReplicaError) -> Replica {
-        let paths = SocketPath.resolveList(explicit: socketPath)
+        let paths = SocketPath.resolveList(explicit: socketPath, app: App.name)
         let connection = try HubConnection(paths: paths)
         return try attach(app: app, over: connection, paths: paths, name: name, middleware: middleware,
                           startReading: startReading, reconnect: reconnect, session: session,

@@ -70,8 +70,10 @@ public enum HubCommand {
               --app NAME             The app (reducer) to run: \(appList).
                                      Every replica must run the same app; see --list-apps.
               --socket PATH          The Unix socket to listen on. Default: $STORESYNC_SOCKET, else
-                                     $XDG_RUNTIME_DIR/storesync/hub.sock, else
-                                     ${TMPDIR:-/tmp}/storesync-UID/hub.sock. A missing directory is
+                                     $XDG_RUNTIME_DIR/storesync/APP.sock, else
+                                     ${TMPDIR:-/tmp}/storesync-UID/APP.sock (APP: the app's name,
+                                     e.g. counter.sock, so hubs of two apps never share a default
+                                     socket). A missing directory is
                                      created 0700 (0750 with --socket-group). The directory must be a
                                      real directory (not a symbolic link) owned by this user or root
                                      and writable by no one else (a sticky root-owned one such as /tmp
@@ -137,11 +139,12 @@ public enum HubCommand {
                                      replica that differs re-hydrates by itself. Costs one digest of
                                      the whole state per N actions. 0 sends none.
               --checkpoint-interval SECONDS
-                                     Also send a checkpoint after the first action once this long
-                                     has passed since the last one (decimals allowed; default 0:
-                                     by seq only), for clients that only check checkpoints. The
-                                     Swift library's replicas (replica-cli) need none: they compare
-                                     digests with the hub about once a second while actions flow.
+                                     While actions flow, also send a checkpoint after the first
+                                     action once this long has passed since the last one
+                                     (decimals allowed; default 1; 0: by seq only). A flow starts
+                                     with an action after a quiet interval, and its first interval
+                                     carries none: a replica that differs learns it within about two
+                                     intervals of steady traffic.
               --idle-timeout SECONDS A connection that has not attached and sends no complete frame
                                      (hello, status, sync) for this long, or that holds half a frame
                                      this long, gets error timeout and is closed (default \(D.idleTimeoutSeconds)).
@@ -421,7 +424,7 @@ public enum HubCommand {
 
         let logs = LogWriter(prefix: "\(program): ")
         var configuration = HubConfiguration(
-            socketPath: SocketPath.resolve(explicit: socketFlag),
+            socketPath: SocketPath.resolve(explicit: socketFlag, app: appName),
             maxFrameBytes: maxFrameBytes,
             maxQueuedBytesPerReplica: maxQueueBytes,
             // The hub's own lines say "hubd: "; a hub of your own app says its own name.

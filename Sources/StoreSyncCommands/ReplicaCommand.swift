@@ -89,8 +89,10 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
     watch prints each action and ends when the hub goes (exit 1). attach needs the app built in.
 
     OPTIONS:
-      --socket PATH[,PATH…]  The hub's socket. Default: $STORESYNC_SOCKET, else
-                             $XDG_RUNTIME_DIR/storesync/hub.sock, else ${TMPDIR:-/tmp}/storesync-UID/hub.sock.
+      --socket PATH[,PATH…]  The hub's socket. Default: $STORESYNC_SOCKET, else the app's socket,
+                             $XDG_RUNTIME_DIR/storesync/APP.sock, else ${TMPDIR:-/tmp}/storesync-UID/APP.sock
+                             (APP from --app). Without --app: the one hub socket in that
+                             directory; when several hubs listen there, name one with --app or --socket.
                              Several paths (hubs on one shared log, hubd --log nats://…) are
                              tried in order; after a drop, attach and watch move to the next
                              one that answers and resume there (same history, same seqs).
@@ -238,7 +240,15 @@ public enum ReplicaCommand {
             }
             if command == "dispatch" { _ = options.arguments.map { wireAction(app, $0) } }
         }
-        let paths = SocketPath.resolveList(explicit: options.socket)
+        // With no --app, a CLI of one app uses that app's default socket; replica-cli (several
+        // apps) finds the one hub in the default directory, or says which to choose.
+        let defaultApp = options.app ?? (apps.count == 1 ? apps.first.map { type(of: $0).name } : nil)
+        let paths: [String]
+        do throws(SystemError) {
+            paths = try SocketPath.locate(explicit: options.socket, app: defaultApp)
+        } catch {
+            fail(error.message)
+        }
         do throws(ReplicaError) {
             let connection = try HubConnection(paths: paths)
             if command == "top" {

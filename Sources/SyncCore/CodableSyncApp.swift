@@ -101,7 +101,7 @@ extension CodableSyncApp where Action: TaggedEnumCodable {
         do {
             if let action = try Action.taggedCases.decode(json, path: LazyPath([])) { return action }
         } catch {
-            throw AppCodingError(codingMessage(error))
+            throw AppCodingError(codingMessage(error, tag: json["type"]?.stringValue))
         }
         return try decodeThroughCodable(Action.self, from: json)
     }

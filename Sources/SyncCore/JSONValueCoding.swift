@@ -532,13 +532,13 @@ private struct TaggedCaseContainer<Key: CodingKey>: KeyedDecodingContainerProtoc
 
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
         guard contains(key) else { throw notTheCase(key) }
-        return try T(from: ValueDecoder(json: .object(members.filter { $0.key != "type" }), codingPath: codingPath + [key]))
+        return try T(from: ValueDecoder(json: .object(members.filter { $0.key != "type" }), codingPath: codingPath + [CaseKey(tag)]))
     }
 
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type,
                                                forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
         guard contains(key) else { throw notTheCase(key) }
-        return KeyedDecodingContainer(KeyedDecoding<NestedKey>(members: members, renames: renames, codingPath: codingPath + [key],
+        return KeyedDecodingContainer(KeyedDecoding<NestedKey>(members: members, renames: renames, codingPath: codingPath + [CaseKey(tag)],
                                                                  recorder: recorder))
     }
 
@@ -546,7 +546,7 @@ private struct TaggedCaseContainer<Key: CodingKey>: KeyedDecodingContainerProtoc
 
     func superDecoder() throws -> any Decoder { ValueDecoder(json: .object(members), codingPath: codingPath) }
 
-    func superDecoder(forKey key: Key) throws -> any Decoder { ValueDecoder(json: .object(members), codingPath: codingPath + [key]) }
+    func superDecoder(forKey key: Key) throws -> any Decoder { ValueDecoder(json: .object(members), codingPath: codingPath + [CaseKey(tag)]) }
 }
 
 private struct KeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
@@ -686,13 +686,62 @@ struct AnyKey: CodingKey {
     init?(intValue: Int) { self.init(intValue) }
 }
 
-/// `at /a/0/b` (a JSON Pointer-like path), or `at the top level`.
-func describe(_ path: [any CodingKey]) -> String {
-    path.isEmpty ? "at the top level" : "at /" + path.map(\.stringValue).joined(separator: "/")
+/// The case of a tagged enum in a coding path: on the wire it is the `"type"` member's value,
+/// not a member, so it is never written as a step of the path.
+struct CaseKey: CodingKey {
+    let stringValue: String
+    var intValue: Int? { nil }
+    init(_ tag: String) { stringValue = tag }
+    init?(stringValue: String) { self.stringValue = stringValue }
+    init?(intValue: Int) { nil }
 }
 
-/// What went wrong in decoding, in one line with the path.
-@usableFromInline func codingMessage(_ error: any Error) -> String {
+/// Where a decoding problem is, in the wire's terms: `at /a/0/b` (the members and indices of
+/// the JSON, as a JSON Pointer), `at the top level`, and for a tagged enum's case
+/// `in case "add"` or `in case "add", at /item` (the case is the `"type"`, not a member).
+///
+/// - Parameters:
+///   - path: The coding path.
+///   - tag: The case of a top-level tagged enum whose path does not hold it (a case table's).
+/// - Returns: The place, for the start of a message.
+func describe(_ path: [any CodingKey], tag: String? = nil) -> String {
+    var steps: [String] = []
+    var caseTag = tag
+    for key in path {
+        if key is CaseKey {
+            caseTag = key.stringValue
+            steps.removeAll()  // members are counted from the case's object
+        } else {
+            steps.append(escapedStep(key.stringValue))
+        }
+    }
+    let pointer = steps.isEmpty ? nil : "at /" + steps.joined(separator: "/")
+    guard let caseTag else { return pointer ?? "at the top level" }
+    let named = "in case \"\(caseTag)\""
+    return pointer.map { named + ", " + $0 } ?? named
+}
+
+/// A member name as a JSON Pointer step (RFC 6901: `~` as `~0`, `/` as `~1`).
+private func escapedStep(_ name: String) -> String {
+    guard name.utf8.contains(where: { $0 == UInt8(ascii: "~") || $0 == UInt8(ascii: "/") }) else { return name }
+    var escaped = ""
+    for scalar in name.unicodeScalars {
+        switch scalar {
+        case "~": escaped += "~0"
+        case "/": escaped += "~1"
+        default: escaped.unicodeScalars.append(scalar)
+        }
+    }
+    return escaped
+}
+
+/// What went wrong in decoding, in one line with the place (see ``describe(_:tag:)``).
+///
+/// - Parameters:
+///   - error: What decoding threw.
+///   - tag: The case of a top-level tagged enum decoded through its case table, if any.
+/// - Returns: The message.
+@usableFromInline func codingMessage(_ error: any Error, tag: String? = nil) -> String {
     if let error = error as? AppCodingError { return error.message }
     guard let error = error as? DecodingError else { return String(describing: error) }
     switch error {
@@ -700,9 +749,9 @@ func describe(_ path: [any CodingKey]) -> String {
          .dataCorrupted(let context):
         let path = context.codingPath
         if case .keyNotFound(let key, _) = error {
-            return "\(describe(path)): missing member \"\(key.stringValue)\""
+            return "\(describe(path, tag: tag)): missing member \"\(key.stringValue)\""
         }
-        return "\(describe(path)): \(context.debugDescription)"
+        return "\(describe(path, tag: tag)): \(context.debugDescription)"
     @unknown default:
         return String(describing: error)
     }

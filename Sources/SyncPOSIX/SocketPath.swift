@@ -16,29 +16,123 @@ public enum SocketPath {
         MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
     }
 
-    /// The socket path to use: `explicit` (from `--socket`), else `$STORESYNC_SOCKET`, else
-    /// `$XDG_RUNTIME_DIR/storesync/hub.sock`, else `$TMPDIR/storesync-UID/hub.sock`
-    /// (`/tmp` when `TMPDIR` is unset).
+    /// The directory that holds the hubs' default sockets: `$XDG_RUNTIME_DIR/storesync`, else
+    /// `$TMPDIR/storesync-UID` (`/tmp` when `TMPDIR` is unset).
     ///
-    /// - Parameter explicit: The path given on the command line, if any.
-    /// - Returns: The path.
-    public static func resolve(explicit: String? = nil) -> String {
-        if let explicit, !explicit.isEmpty { return explicit }
-        if let value = environment(environmentVariable), !value.isEmpty { return value }
+    /// - Returns: The directory's path (it may not exist yet).
+    public static func defaultDirectory() -> String {
         if let runtime = environment("XDG_RUNTIME_DIR"), !runtime.isEmpty {
-            return join(runtime, "storesync/hub.sock")
+            return join(runtime, "storesync")
         }
         let temp = environment("TMPDIR").flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
-        return join(temp, "storesync-\(getuid())/hub.sock")
+        return join(temp, "storesync-\(getuid())")
     }
 
-    /// The socket paths to try: ``resolve(explicit:)`` split at commas (`"/run/a.sock,/run/b.sock"`:
+    /// The file name of an app's default socket: `APP.sock`, with every byte of the app's name
+    /// other than letters, digits, `-`, `_` and `.` replaced by `_` (so a name is never a path).
+    ///
+    /// - Parameter app: The app's name (``SyncApp``'s `name`, e.g. `counter`).
+    /// - Returns: The file name, e.g. `counter.sock`.
+    public static func fileName(forApp app: String) -> String {
+        var name = ""
+        for scalar in app.unicodeScalars {
+            switch scalar {
+            case "a"..."z", "A"..."Z", "0"..."9", "-", "_", ".": name.unicodeScalars.append(scalar)
+            default: name += "_"
+            }
+        }
+        if name.isEmpty || name.hasPrefix(".") { name = "_" + name }
+        return name + ".sock"
+    }
+
+    /// The socket path to use: `explicit` (from `--socket`), else `$STORESYNC_SOCKET`, else the
+    /// app's default socket in ``defaultDirectory()``: `$XDG_RUNTIME_DIR/storesync/APP.sock`,
+    /// else `$TMPDIR/storesync-UID/APP.sock`. Hubs of different apps so never share a default.
+    ///
+    /// With no app (a client that does not know the hub's app yet), the default is the one hub
+    /// socket in that directory when there is exactly one (see ``locate(explicit:app:)`` for the
+    /// error when there is none or several), else `hub.sock` there.
+    ///
+    /// - Parameters:
+    ///   - explicit: The path given on the command line, if any.
+    ///   - app: The app whose default socket to use, if known.
+    /// - Returns: The path.
+    public static func resolve(explicit: String? = nil, app: String? = nil) -> String {
+        if let explicit, !explicit.isEmpty { return explicit }
+        if let value = environment(environmentVariable), !value.isEmpty { return value }
+        let directory = defaultDirectory()
+        if let app { return join(directory, fileName(forApp: app)) }
+        if let only = try? discover(in: directory) { return only }
+        return join(directory, "hub.sock")
+    }
+
+    /// The socket paths to try: ``resolve(explicit:app:)`` split at commas (`"/run/a.sock,/run/b.sock"`:
     /// hubs on one shared log, tried in turn), empty parts dropped.
     ///
-    /// - Parameter explicit: The path or paths given on the command line, if any.
+    /// - Parameters:
+    ///   - explicit: The path or paths given on the command line, if any.
+    ///   - app: The app whose default socket to use, if known.
     /// - Returns: At least one path.
-    public static func resolveList(explicit: String? = nil) -> [String] {
-        let resolved = resolve(explicit: explicit)
+    public static func resolveList(explicit: String? = nil, app: String? = nil) -> [String] {
+        split(resolve(explicit: explicit, app: app))
+    }
+
+    /// The socket paths a client tries, as ``resolveList(explicit:app:)``, but with no app and
+    /// nothing explicit it insists on finding exactly one hub: the one socket in
+    /// ``defaultDirectory()``, or the one of several that a hub answers on.
+    ///
+    /// - Parameters:
+    ///   - explicit: The path or paths given with `--socket`, if any.
+    ///   - app: The app whose default socket to use, if known.
+    /// - Returns: At least one path.
+    /// - Throws: ``SystemError`` when no app is known and the directory holds no hub's socket,
+    ///   or several that answer, naming them, `--app` and `--socket`.
+    public static func locate(explicit: String? = nil, app: String? = nil) throws(SystemError) -> [String] {
+        if app != nil || (explicit.map { !$0.isEmpty } ?? false)
+            || (environment(environmentVariable).map { !$0.isEmpty } ?? false) {
+            return resolveList(explicit: explicit, app: app)
+        }
+        return [try discover(in: defaultDirectory())]
+    }
+
+    /// The one hub socket in `directory`: the only `*.sock` socket there, or the only one of
+    /// several that accepts a connection.
+    private static func discover(in directory: String) throws(SystemError) -> String {
+        var sockets: [String] = []
+        if let handle = opendir(directory) {
+            while let entry = readdir(handle) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                }
+                guard name.hasSuffix(".sock"), name.count > 5 else { continue }
+                let path = join(directory, name)
+                var info = stat()
+                if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK { sockets.append(path) }
+            }
+            closedir(handle)
+        }
+        sockets.sort()
+        if sockets.count == 1, let only = sockets.first { return only }
+        guard !sockets.isEmpty else {
+            throw SystemError("no hub is listening in \(directory) (a hub's default socket is \(join(directory, "APP.sock"))); start one with `swift run hubd`, or name the hub with --app NAME or --socket PATH", errno: ENOENT)
+        }
+        let live = sockets.filter(answers)
+        if live.count == 1, let only = live.first { return only }
+        let listed = (live.isEmpty ? sockets : live).map { String($0.dropFirst(directory.count + 1)) }.joined(separator: ", ")
+        if live.isEmpty {
+            throw SystemError("no hub is listening in \(directory): its sockets (\(listed)) are left over from hubs that stopped; start one with `swift run hubd`, or name the hub with --app NAME or --socket PATH", errno: ECONNREFUSED)
+        }
+        throw SystemError("several hubs listen in \(directory) (\(listed)); choose one with --app NAME (its socket is NAME.sock) or --socket PATH", errno: EEXIST)
+    }
+
+    /// Whether something accepts a connection at `path` (the connection is closed at once).
+    private static func answers(_ path: String) -> Bool {
+        guard let fd = try? UnixSocket.connect(to: path) else { return false }
+        UnixSocket.close(fd)
+        return true
+    }
+
+    private static func split(_ resolved: String) -> [String] {
         let parts = resolved.split(separator: ",").map(String.init).filter { !$0.isEmpty }
         return parts.isEmpty ? [resolved] : parts
     }

@@ -64,6 +64,33 @@ struct CodableAppTests {
         #expect(try JSONValueEncoder().encode([Shape.empty]) == [["type": "empty"]])
     }
 
+    @Test("a refused action names its case as the case, not as a member path (with and without a case table)")
+    func refusalNamesTheCase() throws {
+        func message(_ body: () throws -> Void) -> String {
+            do {
+                try body()
+                return ""
+            } catch let error as AppCodingError {
+                return error.message
+            } catch {
+                return "\(error)"
+            }
+        }
+        // The counter has a case table; Shape decodes through synthesized Codable.
+        let tabled = message { _ = try CodableCounter().decodeAction(["type": "setLimitText"]) }
+        #expect(tabled == #"in case "setLimitText": missing member "text""#, "\(tabled)")
+        let wrongType = message { _ = try CodableCounter().decodeAction(["type": "setLimitText", "text": 3]) }
+        #expect(wrongType.hasPrefix(#"in case "setLimitText", at /text: "#), "\(wrongType)")
+        let synthesized = message { _ = try JSONValueDecoder().decode(Shape.self, from: ["type": "circle"]) }
+        #expect(synthesized.hasPrefix(#"in case "circle": "#) && synthesized.contains("radius"), "\(synthesized)")
+        let nested = message {
+            _ = try JSONValueDecoder().decode(Shape.self, from: ["type": "polygon", "points": [["x": 1, "y": "2"]]])
+        }
+        #expect(nested.hasPrefix(#"in case "polygon", at /points/0/y: "#), "\(nested)")
+        let plain = message { _ = try JSONValueDecoder().decode(Point.self, from: ["x": 1.5, "y": 2]) }
+        #expect(plain.hasPrefix("at /x: "), "\(plain)")
+    }
+
     @Test("what JSON cannot carry exactly is refused with the path, never rounded")
     func refusals() throws {
         #expect(throws: AppCodingError.self) { try JSONValueEncoder().encode(["big": Int.max]) }
@@ -135,8 +162,8 @@ struct CodableAppTests {
     }
 }
 
-/// The README's Codable example, as written there.
-// BEGIN README codable app example
+/// docs/YOUR-APP.md's Codable example, as written there.
+// BEGIN docs/YOUR-APP.md codable app example
 struct Tally: CodableSyncApp {
     struct State: Codable, Equatable, Sendable { var count = 0 }
     enum Action: TaggedEnumCodable, Sendable {
@@ -153,18 +180,18 @@ struct Tally: CodableSyncApp {
         }
     }
 }
-// END README codable app example
+// END docs/YOUR-APP.md codable app example
 
-// BEGIN README tagged cases example
+// BEGIN docs/YOUR-APP.md tagged cases example
 extension Tally.Action {
     static let taggedCases = TaggedCases<Tally.Action>(
         .case("add", Tally.Action.add, "amount"),
         .case("reset", .reset)
     )
 }
-// END README tagged cases example
+// END docs/YOUR-APP.md tagged cases example
 
-@Test("the README's Tally app speaks the wire form the README shows")
+@Test("docs/YOUR-APP.md's Tally app speaks the wire form the page shows")
 func readmeTally() throws {
     let app = Tally()
     #expect(app.encodeAction(.add(amount: 2)) == ["type": "add", "amount": 2])

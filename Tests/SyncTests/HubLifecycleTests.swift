@@ -55,6 +55,61 @@ extension MultiProcessTests {
             #expect(watcher.errorLines == ["replica-cli: the hub closed the connection: shutting-down: the hub is shutting down at seq 1; reconnect (with resume) once it is back"])
         }
 
+        @Test("on built-in defaults each app's hub gets its own socket (APP.sock); clients find theirs, or say which to choose")
+        func defaultSocketPerApp() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let runtime = fixture.directory + "/runtime"
+            try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: false,
+                                                    attributes: [.posixPermissions: 0o700])
+            // No --socket and no $STORESYNC_SOCKET: only $XDG_RUNTIME_DIR says where.
+            let environment = ["XDG_RUNTIME_DIR": runtime, "STORESYNC_SOCKET": ""]
+            let counterSocket = runtime + "/storesync/counter.sock", todosSocket = runtime + "/storesync/todos.sock"
+            let counter = try fixture.spawn("hubd", [], environment: environment)
+            try await waitUntil("the counter hub on \(counterSocket): \(counter.errorLines)") {
+                guard counter.isRunning else { throw HarnessError("hubd exited: \(counter.errorLines)") }
+                return (try? HubStatusProbe.status(counterSocket)) != nil
+            }
+            func cli(_ arguments: [String]) async throws -> (exitStatus: Int32, lines: [String], errorLines: [String]) {
+                let child = try fixture.spawn("replica-cli", arguments, environment: environment)
+                child.closeInput()
+                let status = try await child.waitForExit()
+                return (status, child.lines, child.errorLines)
+            }
+            // One hub: a client with no --app finds it.
+            let alone = try await cli(["state", "--json"])
+            #expect(alone.exitStatus == 0, "\(alone.errorLines)")
+            let todos = try fixture.spawn("hubd", ["--app", "todos"], environment: environment)
+            try await waitUntil("the todos hub on \(todosSocket): \(todos.errorLines)") {
+                guard todos.isRunning else { throw HarnessError("hubd exited: \(todos.errorLines)") }
+                return (try? HubStatusProbe.status(todosSocket)) != nil
+            }
+            #expect(try HubStatusProbe.status(counterSocket).app == "counter")
+            #expect(try HubStatusProbe.status(todosSocket).app == "todos")
+            // Each --app reaches its own hub.
+            let counterStatus = try await cli(["--app", "counter", "status", "--json"])
+            #expect(counterStatus.exitStatus == 0 && counterStatus.lines.joined().contains(#""app":"counter""#), "\(counterStatus.lines) \(counterStatus.errorLines)")
+            let todosStatus = try await cli(["--app", "todos", "status", "--json"])
+            #expect(todosStatus.exitStatus == 0 && todosStatus.lines.joined().contains(#""app":"todos""#), "\(todosStatus.lines) \(todosStatus.errorLines)")
+            // Two hubs and no --app: the client names both and how to choose.
+            let ambiguous = try await cli(["status"])
+            #expect(ambiguous.exitStatus == 1)
+            let message = ambiguous.errorLines.joined(separator: "\n")
+            #expect(message.contains("counter.sock") && message.contains("todos.sock") && message.contains("--app") && message.contains("--socket"), "\(message)")
+            // A hub killed leaves its socket behind: the live one is still found.
+            todos.signal(SIGKILL)
+            _ = try await todos.waitForExit()
+            let found = try await cli(["status", "--json"])
+            #expect(found.exitStatus == 0 && found.lines.joined().contains(#""app":"counter""#), "\(found.lines) \(found.errorLines)")
+            // A client of an app whose hub is not running names the socket it tried and --socket.
+            let missing = try await cli(["--app", "json", "state"])
+            #expect(missing.exitStatus == 1)
+            #expect(missing.errorLines.joined().contains(runtime + "/storesync/json.sock") && missing.errorLines.joined().contains("--socket"),
+                    "\(missing.errorLines)")
+            counter.signal(SIGTERM)
+            #expect(try await counter.waitForExit() == 0)
+        }
+
         @Test("the socket directory is created 0700 and the socket is 0600")
         func permissions() async throws {
             let fixture = try Fixture()

@@ -740,19 +740,41 @@ extension MultiProcessTests {
             #expect(ContinuousClock.now - started < .seconds(15))
         }
 
-        @Test("hubd --checkpoint-interval: a checkpoint follows the first action once the interval has passed")
+        @Test("hubd --checkpoint-interval: while actions flow a checkpoint follows within about two intervals; a lone action gets none")
         func timedCheckpoints() async throws {
-            let hub = try InProcessHub(JSONApp()) { $0.checkpointInterval = .milliseconds(1) }
+            let hub = try InProcessHub(JSONApp()) { $0.checkpointInterval = .milliseconds(200) }
             defer { Task { try? await hub.stop() } }
             let client = try RawClient(path: hub.fixture.socket)
             defer { client.close() }
             try client.send(["type": "hello", "protocol": 1, "app": "json"])
             _ = try client.receive()
+            // A lone action after a quiet spell: nothing follows it (the status answer comes next).
             try client.send(["type": "dispatch", "id": 1, "action": ["type": "set", "path": "/a", "value": 1]])
             #expect(try client.receive()["type"] == "action")
-            let checkpoint = try client.receive()
-            #expect(checkpoint["type"] == "checkpoint" && checkpoint["seq"] == 1, "\(checkpoint)")
-            #expect(checkpoint["digest"]?.stringValue == JSONApp().digest(of: ["a": 1]))
+            try client.send(["type": "status"])
+            #expect(try client.receive()["type"] == "status")
+            // A steady flow (an action every 20 ms): a checkpoint follows one of them.
+            let started = ContinuousClock.now
+            var seq = 1
+            var checkpoint: JSON?
+            while checkpoint == nil, ContinuousClock.now - started < .seconds(10) {
+                seq += 1
+                try client.send(["type": "dispatch", "id": JSON(seq), "action": ["type": "set", "path": "/a", "value": JSON(seq)]])
+                let action = try client.receive()
+                #expect(action["type"] == "action" && action["seq"] == JSON(seq), "\(action)")
+                try client.send(["type": "status"])
+                var next = try client.receive()
+                if next["type"] == "checkpoint" {
+                    checkpoint = next
+                    next = try client.receive()
+                }
+                #expect(next["type"] == "status", "\(next)")
+                try await Task.sleep(for: .milliseconds(20))  // the pace of the flow, not a wait for a condition
+            }
+            let found = try #require(checkpoint, "no checkpoint in 10 s of steady actions")
+            #expect(found["seq"] == JSON(seq) && seq >= 2, "\(found)")
+            #expect(found["digest"]?.stringValue == JSONApp().digest(of: ["a": JSON(seq)]))
+            #expect(ContinuousClock.now - started >= .milliseconds(200), "a flow's first interval carries none")
         }
     }
 }

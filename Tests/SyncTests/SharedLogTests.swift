@@ -296,6 +296,66 @@ extension MultiProcessTests {
             #expect(hub.errorLines.contains { $0.contains("no longer exists") }, "\(hub.errorLines.suffix(5))")
         }
 
+        @Test("a stream that no longer holds a record the hub applied (NATS replaced it) stops the hub (exit 3), naming the seq; its local snapshots are discarded and a restart follows the stream")
+        func replacedRecordStopsHub() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let nats = try NATSServer(fixture: fixture)
+            try await nats.start()
+            let hubs = SharedHubs(fixture: fixture, nats: [nats])
+            let local = fixture.directory + "/local"
+            let hub = try await hubs.start(0, extra: ["--data-dir", local])
+            let (client, _) = try hubs.attach(0)
+            for n in 1...3 {
+                try client.send(["type": "dispatch", "id": JSON(n), "action": setAction("/n", n)])
+            }
+            _ = try next(client, "seq 3") { $0["type"] == "action" && $0["seq"] == 3 }
+            client.close()
+
+            // While the hub is stopped, the stream is rebuilt with another record at seq 3 (and a
+            // seq 4 proposed on it), as a cluster that lost an acknowledged record would hold it.
+            hub.signal(SIGSTOP)
+            let connection = try NATSConnection.connect(servers: [nats.address], name: "test")
+            defer { connection.close() }
+            let info = try connection.jetStream("STREAM.INFO." + hubs.stream, nil)
+            var stored: [(subject: String, data: [UInt8])] = []
+            for seq in 1...4 {
+                let answer = try connection.jetStream("STREAM.MSG.GET." + hubs.stream, ["seq": JSON(seq)])
+                let message = try #require(answer["message"])
+                let data = try #require(message["data"]?.stringValue.flatMap { Data(base64Encoded: $0) })
+                stored.append((try #require(message["subject"]?.stringValue), [UInt8](data)))
+            }
+            _ = try connection.jetStream("STREAM.DELETE." + hubs.stream, nil)
+            _ = try connection.jetStream("STREAM.CREATE." + hubs.stream, info["config"])
+            guard case .object(var third) = try JSON(parsing: stored[3].data) else { throw HarnessError("record 3 is not an object") }
+            third["action"] = setAction("/n", 30)
+            stored[3].data = JSON.object(third).canonicalBytes
+            var fourth = third
+            fourth["seq"] = 4
+            fourth["id"] = "other-4"
+            fourth["action"] = setAction("/m", 4)
+            for (index, (subject, data)) in stored.enumerated() {
+                _ = try connection.request(subject, payload: data, headers: NATSHeaders([("Nats-Expected-Last-Sequence", String(index))]))
+            }
+            let previous = Digest.hex(Digest.fnv1a64(stored[3].data))
+            _ = try connection.request(stored[3].subject, payload: JSON.object(fourth).canonicalBytes,
+                                       headers: NATSHeaders([("Nats-Expected-Last-Sequence", "4"), ("StoreSync-Prev", previous)]))
+            hub.signal(SIGCONT)
+
+            #expect(try await hub.waitForExit(timeout: .seconds(60)) == 3)
+            let log = hub.errorLines.joined(separator: "\n")
+            #expect(log.contains("now holds another record at action seq 3"), "\(hub.errorLines.suffix(5))")
+            #expect(log.contains("discarded the local snapshots"), "\(hub.errorLines.suffix(5))")
+            #expect(((try? FileManager.default.contentsOfDirectory(atPath: local)) ?? []).allSatisfy { !$0.hasSuffix(".snap") })
+
+            // Restarted, it follows the stream's history.
+            try await hubs.start(0, extra: ["--data-dir", local])
+            let (reader, welcome) = try hubs.attach(0)
+            reader.close()
+            #expect(welcome["seq"] == 4)
+            #expect(welcome["state"] == ["n": 30, "m": 4], "\(String(describing: welcome["state"]))")
+        }
+
         @Test("a hub of another app refuses the stream with app-mismatch and exit status 4")
         func appMismatch() async throws {
             let fixture = try Fixture()

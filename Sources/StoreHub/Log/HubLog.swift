@@ -246,6 +246,9 @@ public struct StorageError: Error, Sendable, Equatable, CustomStringConvertible 
     public let isDataProblem: Bool
     /// Whether trying again soon may succeed (a log server not reachable or not ready yet).
     package var isTransient = false
+    /// Whether the hub's local copies (a shared-log hub's local snapshots) must be discarded
+    /// before it stops: they may hold a history the log no longer has.
+    package var discardsLocalSnapshots = false
     /// Creates an error.
     ///
     /// - Parameters:

@@ -387,7 +387,16 @@ package final class JetStreamLog: HubLog {
 
     package func flush() {}
 
-    package func poll(into events: inout [LogEvent]) { worker.takeEvents(into: &events) }
+    package func poll(into events: inout [LogEvent]) {
+        let first = events.count
+        worker.takeEvents(into: &events)
+        for event in events[first...] {
+            if case .broken(let error) = event, error.discardsLocalSnapshots, let localSnapshots {
+                localSnapshots.discardAll()
+                note("hubd: discarded the local snapshots in \(localSnapshots.directory): they may hold the record the stream no longer has")
+            }
+        }
+    }
 
     package var readiness: LogReadiness? { LogReadiness(fd: worker.readyFD, wantsWrite: false) }
 
@@ -509,6 +518,12 @@ final class LocalSnapshots {
         if let snapshots = try? FileLog.listSnapshots(directory) {
             for (_, path) in snapshots.dropFirst(2) { FileSystem.remove(path) }
         }
+    }
+
+    /// Removes every local snapshot (the next start reads the shared snapshot and the stream).
+    func discardAll() {
+        for (_, path) in (try? FileLog.listSnapshots(directory)) ?? [] { FileSystem.remove(path) }
+        newest = nil
     }
 
     func close() {

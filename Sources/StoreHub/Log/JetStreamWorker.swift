@@ -93,6 +93,8 @@ extension JetStreamLog {
         }
 
         /// Starts the worker thread on an open connection, reading the stream from hub seq `next`.
+        /// The chain check (``State/lastReadHash``) starts with the first record it reads: only
+        /// bytes read from the stream are hashed.
         func start(connection: NATSConnection, history: String, next: UInt64) {
             let state = State(configuration: configuration, names: names, history: history, next: next, worker: self)
             state.adopt(connection)
@@ -219,6 +221,9 @@ extension JetStreamLog {
             /// The expectations it was sent with.
             let expectedLast: UInt64
             let expectedID: String?
+            /// The `StoreSync-Prev` it carries: the hash of the record it follows, as this hub
+            /// has it (`nil`: unknown, e.g. right after starting from a snapshot).
+            var previousHash: String?
             var ackSubject = ""
             /// The number ending `ackSubject`.
             var ackNumber = 0
@@ -243,6 +248,20 @@ extension JetStreamLog {
         var ackCounter = 0
         /// The hub seq of the next record the consumer must deliver.
         var next: UInt64
+        /// The chain check: the hash (``Digest/fnv1a64(_:)`` of the stored bytes, in hex) of
+        /// the record at hub seq `next - 1` as this hub applied it (`nil` when it started from
+        /// the hub started and has read nothing since). Every proposal carries the hash of the record
+        /// it follows as `StoreSync-Prev`; a delivered record whose `StoreSync-Prev` differs
+        /// was proposed on another history at `next - 1`, and the stream's leader decides which
+        /// (see ``chainBroken(_:)``). So does a check every ``chainCheckInterval``: a NATS
+        /// cluster that loses or replaces an acknowledged record after a server dies (or
+        /// delivered one it never committed) is found, never served as if nothing happened.
+        var lastReadHash: String?
+        var lastChainCheck = ContinuousClock.now
+        /// How often the record at `next - 1` is compared with the stream leader's copy.
+        static let chainCheckInterval: Duration = .seconds(2)
+        /// The seq and origin of the last chain break already reported (one warning each).
+        var reportedFork: UInt64?
         var pending: [Pending] = []
         /// The hub epoch whose proposals are being dropped (see `handle(.propose)`).
         var droppedEpoch: Int?
@@ -289,6 +308,9 @@ extension JetStreamLog {
             self.next = next
             self.worker = worker
         }
+
+        /// The chain hash of a record's stored bytes.
+        static func chainHash(_ bytes: [UInt8]) -> String { Digest.hex(Digest.fnv1a64(bytes)) }
 
         // MARK: Connection
 
@@ -455,8 +477,10 @@ extension JetStreamLog {
                     if connection.hasOutput { try connection.flush(timeoutMilliseconds: 1_000) }
                     var entries = [pollfd(fd: connection.fd, events: Int16(POLLIN), revents: 0),
                                    pollfd(fd: worker.wakeFD, events: Int16(POLLIN), revents: 0)]
-                    _ = systemPoll(&entries, 2, polling ? 20 : 200)
-                    if entries[0].revents != 0 {
+                    // Messages read while waiting for an API answer are handed out at once.
+                    let queued = connection.hasQueuedMessages
+                    _ = systemPoll(&entries, 2, queued ? 0 : polling ? 20 : 200)
+                    if entries[0].revents != 0 || queued {
                         for message in try connection.read(timeoutMilliseconds: 0) { receive(message) }
                     }
                     if connection.hasOutput { try connection.flush(timeoutMilliseconds: 1_000) }
@@ -489,6 +513,10 @@ extension JetStreamLog {
                     lastResend = now
                     resendPending()
                 }
+            }
+            if connection != nil, now - lastChainCheck > Self.chainCheckInterval {
+                lastChainCheck = now
+                checkChain()
             }
             if connection != nil, now - lastFactsRefresh > Self.factsRefreshInterval {
                 lastFactsRefresh = now
@@ -568,6 +596,11 @@ extension JetStreamLog {
                     var item = Pending(record: record, payload: record.body, msgID: msgID(for: record),
                                        expectedLast: expected, expectedID: previous)
                     item.epoch = epoch
+                    if expected + 1 == next {
+                        item.previousHash = lastReadHash
+                    } else if let before = pending.last(where: { $0.record.seq == expected }) {
+                        item.previousHash = Self.chainHash(before.payload)
+                    }
                     send(&item)
                     pending.append(item)
                     lastProposal = (record.seq, item.msgID)
@@ -610,6 +643,7 @@ extension JetStreamLog {
             item.attempts += 1
             var headers = NATSHeaders([("Nats-Msg-Id", item.msgID), ("Nats-Expected-Last-Sequence", String(item.expectedLast + 1))])
             if let expectedID = item.expectedID { headers.fields.append(("Nats-Expected-Last-Msg-Id", expectedID)) }
+            if let previousHash = item.previousHash { headers.fields.append((Self.previousHeader, previousHash)) }
             connection.publish(names.actions, reply: item.ackSubject, headers: headers, payload: item.payload)
         }
 
@@ -653,7 +687,8 @@ extension JetStreamLog {
             // applied from the hub's copy, so the record is not decoded again.
             if let first = pending.first, tokens.count > streamSeqToken, tokens[streamSeqToken] == first.record.seq + 1,
                first.record.seq == next, message.subject == names.actions, message.payload == first.payload {
-                guard mayApply(first, delivered: message) else { return }
+                guard mayApply(first, delivered: message), !chainBroken(message) else { return }
+                lastReadHash = Self.chainHash(message.payload)
                 next += 1
                 pending.removeFirst()
                 if facts.firstSeq == 0 { facts.firstSeq = first.record.seq }
@@ -688,6 +723,7 @@ extension JetStreamLog {
                 return
             }
             gapAt = nil
+            if chainBroken(message) { return }
             if let first = pending.first, first.record.seq == record.seq {
                 if first.record.origin == record.origin, first.record.id == record.id {
                     guard mayApply(first, delivered: message) else { return }
@@ -700,11 +736,82 @@ extension JetStreamLog {
                     lastProposal = nil
                 }
             }
+            lastReadHash = Self.chainHash(message.payload)
             next += 1
             if facts.firstSeq == 0 { facts.firstSeq = record.seq }
             emit([.appended(record)])
             if let target = catchUpTarget, next > target { catchUpTarget = nil }
             updateAvailability()
+        }
+
+        /// The header naming the hash of the record a proposal follows.
+        static let previousHeader = "StoreSync-Prev"
+
+        /// Whether the record delivered at `next` was proposed on another record at `next - 1`
+        /// than the one this hub applied, and this hub cannot go on. The stream's leader
+        /// decides: when its copy of `next - 1` is this hub's, the proposer was the one on
+        /// another history (a warning; the stream is the order, and this hub follows it); when
+        /// it is not, this hub applied a record the stream no longer holds, and it stops
+        /// (``diverged(at:streamHash:)``).
+        ///
+        /// - Parameter message: The delivered record.
+        /// - Returns: `true` when the delivery must not be applied (the hub stops, or the link
+        ///   was lost while asking the leader).
+        private func chainBroken(_ message: NATSMessage) -> Bool {
+            guard let claimed = message.headers?[Self.previousHeader], let mine = lastReadHash, claimed != mine, next >= 1 else {
+                return false
+            }
+            guard let stream = streamHash(ofSeq: next - 1) else { return true }
+            if stream == mine {
+                if reportedFork != next {
+                    reportedFork = next
+                    worker.note("hubd: warning: the record at seq \(next) was proposed by a hub whose record at seq \(next - 1) differs from the stream's (hash \(claimed), the stream's \(stream)); this hub follows the stream. That hub will find out and stop; see docs/OPERATIONS.md, \"Across hosts\"")
+                }
+                return false
+            }
+            diverged(at: next - 1, streamHash: stream)
+            return true
+        }
+
+        /// The chain hash of the stream leader's copy of hub seq `seq` (`MSG.GET`, answered by
+        /// the leader), or `nil` when it cannot be read now (the link is then dropped and the
+        /// worker reads again from `next` once it is back).
+        private func streamHash(ofSeq seq: UInt64) -> String? {
+            guard let connection else { return nil }
+            do throws(NATSError) {
+                let answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(seq + 1)])
+                guard let data = answer["message"]?["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) else {
+                    return nil
+                }
+                return Self.chainHash([UInt8](data))
+            } catch where error.kind == .api(code: 404, errCode: 10037) {
+                // Trimmed (or never written): nothing to compare with.
+                return lastReadHash
+            } catch {
+                lost("cannot read seq \(seq) back from the stream to check it: \(error.message)")
+                return nil
+            }
+        }
+
+        /// Compares the record this hub applied last with the stream leader's copy (every
+        /// ``chainCheckInterval``): a hub whose history the stream no longer holds stops even
+        /// when no other hub writes.
+        private func checkChain() {
+            guard let mine = lastReadHash, next >= 2, !polling, held.isEmpty, let stream = streamHash(ofSeq: next - 1) else { return }
+            if stream != mine { diverged(at: next - 1, streamHash: stream) }
+        }
+
+        /// This hub applied, at `seq`, a record the stream no longer holds: it stops (its local
+        /// snapshots, which may hold that record's effect, are discarded), so that a restart
+        /// reads the stream's history and its replicas re-hydrate.
+        private func diverged(at seq: UInt64, streamHash: String) {
+            connection?.close()
+            connection = nil
+            consumerSID = 0
+            facts.connected = false
+            var error = StorageError("the stream \(names.stream) now holds another record at action seq \(seq) than the one this hub applied (hash \(lastReadHash ?? "?"), the stream's \(streamHash)): NATS lost or replaced an acknowledged action, or delivered one it never committed, around a server failure. The hub stops rather than serve a history the stream and the other hubs do not have, and discards its local snapshots; restart it and it rebuilds from the stream (its replicas re-hydrate). See docs/OPERATIONS.md, \"Across hosts\"", isDataProblem: false)
+            error.discardsLocalSnapshots = true
+            emit([.broken(error)])
         }
 
         /// Whether this hub's own proposal, read back from the stream, may be applied: only once

@@ -35,8 +35,10 @@ final class Sequencer {
     private var lastExpiry = ContinuousClock.now
     /// At most one checkpoint per this much time while actions flow (`nil`: by seq only).
     private let checkpointInterval: Duration?
-    /// When the last time-due checkpoint was asked for.
-    private var lastCheckpointAt = ContinuousClock.now - .seconds(86_400)
+    /// When the last time-due checkpoint was asked for, or the current flow of actions began.
+    private var lastCheckpointAt = ContinuousClock.now
+    /// When the last dispatch was judged (a gap of an interval ends a flow).
+    private var lastDispatchAt = ContinuousClock.now - .seconds(86_400)
     private let snapshotEvery: UInt64
     private var lastSnapshotSeq: UInt64 = 0
     private var nextReplica = 1
@@ -135,13 +137,18 @@ final class Sequencer {
         }
         if let reason = gate.reason { return .refused(WireError(.unavailable, reason)) }
         if let interval = checkpointInterval {
-            // The first action once the interval has passed carries a checkpoint: a replica
-            // that differs finds out at once, however few actions flow.
+            // While actions flow, the first action once the interval has passed carries a
+            // checkpoint: a replica that differs finds out within about an interval. A flow
+            // starts with an action after a quiet interval, and its first interval carries
+            // none: a few dispatches at a time are never followed by a checkpoint.
             let now = ContinuousClock.now
-            if now - lastCheckpointAt >= interval {
+            if now - lastDispatchAt >= interval {
+                lastCheckpointAt = now
+            } else if now - lastCheckpointAt >= interval {
                 proposer.checkpointDue = true
                 lastCheckpointAt = now
             }
+            lastDispatchAt = now
         }
         let expecting = proposer.seq
         let (outcome, record) = proposer.propose(action, id: id, origin: origin, session: session,

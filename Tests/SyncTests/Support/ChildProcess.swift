@@ -74,8 +74,11 @@ final class ChildProcess: Sendable {
     private let output = Lines()
     private let errors = Lines()
 
-    init(_ executable: String, _ arguments: [String], name: String? = nil) throws {
+    init(_ executable: String, _ arguments: [String], name: String? = nil, environment: [String: String] = [:]) throws {
         let process = Process()
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         // A bare name is one of the package's executables; an absolute path is used as is.
         process.executableURL = executable.hasPrefix("/") ? URL(fileURLWithPath: executable) : try Executables.url(executable)
         process.arguments = arguments

@@ -55,8 +55,9 @@ final class Fixture: Sendable {
     }
 
     /// Starts an executable with `--socket` pointing at this fixture.
-    func spawn(_ executable: String, _ arguments: [String], name: String? = nil) throws -> ChildProcess {
-        let child = try ChildProcess(executable, arguments, name: name)
+    func spawn(_ executable: String, _ arguments: [String], name: String? = nil,
+               environment: [String: String] = [:]) throws -> ChildProcess {
+        let child = try ChildProcess(executable, arguments, name: name, environment: environment)
         children.withLock { $0.append(child) }
         return child
     }
