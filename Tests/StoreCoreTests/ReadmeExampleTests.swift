@@ -1,9 +1,9 @@
 import Testing
 
-// The README's "Library example" for StoreCore, compiled and run as a test.
-// Keep this file and the README in step.
+// docs/YOUR-APP.md's StoreCore example ("The store (StoreCore)"), compiled and run as a test.
+// Keep the lines between BEGIN and END identical to the page (ReadmeSyncTests checks them).
 
-// BEGIN README StoreCore example
+// BEGIN docs/YOUR-APP.md StoreCore example
 import StoreCore
 import Synchronization
 
@@ -41,9 +41,9 @@ func readmeExample() -> [Int] {
     token.cancel()
     return seen.counts.withLock { $0 }                             // [1, 2]
 }
-// END README StoreCore example
+// END docs/YOUR-APP.md StoreCore example
 
-@Test("the README's StoreCore example does what the README says")
+@Test("docs/YOUR-APP.md's StoreCore example does what the page says")
 func readmeExampleRuns() {
     #expect(readmeExample() == [1, 2])
 }

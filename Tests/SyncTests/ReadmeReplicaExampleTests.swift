@@ -1,9 +1,9 @@
 import Testing
 
-// The README's "Library: a replica in your process" example, compiled and run as a test.
-// Keep the lines between BEGIN and END identical to the README.
+// docs/YOUR-APP.md's "A replica in your process" example, compiled and run as a test.
+// Keep the lines between BEGIN and END identical to the page (ReadmeSyncTests checks them).
 
-// BEGIN README replica example
+// BEGIN docs/YOUR-APP.md replica example
 import BuiltinApps
 import StoreReplica
 
@@ -31,9 +31,9 @@ func followCounter(socketPath: String) async throws -> Int {
     }
     return replica.store.state.count
 }
-// END README replica example
+// END docs/YOUR-APP.md replica example
 
-@Test("the README's replica example does what the README says")
+@Test("docs/YOUR-APP.md's replica example does what the page says")
 func readmeReplicaExampleRuns() async throws {
     let hub = try InProcessHub(CounterApp())
     #expect(try await followCounter(socketPath: hub.fixture.socket) == 2)

@@ -1,6 +1,6 @@
 import SyncCore
 
-// BEGIN README tally cases example
+// BEGIN docs/YOUR-APP.md tally cases example
 extension Tally.Action {
     /// The cases with their constructors: decoding builds each action straight from its
     /// members, without `Decoder` containers (each entry is checked against Codable once).
@@ -9,4 +9,4 @@ extension Tally.Action {
         .case("reset", Tally.Action.reset, "at")
     )
 }
-// END README tally cases example
+// END docs/YOUR-APP.md tally cases example

@@ -23,6 +23,7 @@ extension Tally {
         }
     }
 
+    // BEGIN docs/YOUR-APP.md tally commands example
     /// `add NAME [AMOUNT]`, `reset`, or a JSON action.
     ///
     /// - Parameter line: The typed line.
@@ -43,4 +44,5 @@ extension Tally {
             return .action(try AppCommandParsing.jsonObject(line))
         }
     }
+    // END docs/YOUR-APP.md tally commands example
 }

@@ -1,6 +1,6 @@
 import SyncCore
 
-// BEGIN README tally app example
+// BEGIN docs/YOUR-APP.md tally app example
 /// A shared tally: named counters that every process sees alike.
 public struct Tally: CodableSyncApp {
     public struct State: Codable, Equatable, Sendable {
@@ -38,4 +38,4 @@ public struct Tally: CodableSyncApp {
         }
     }
 }
-// END README tally app example
+// END docs/YOUR-APP.md tally app example

@@ -1,6 +1,6 @@
-// BEGIN README tally cli example
+// BEGIN docs/YOUR-APP.md tally cli example
 import StoreSyncCommands
 import TallyApp
 
 await ReplicaCommand.main(app: Tally())   // attach, dispatch, state, watch, status, shorthand
-// END README tally cli example
+// END docs/YOUR-APP.md tally cli example

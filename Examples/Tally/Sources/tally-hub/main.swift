@@ -1,6 +1,6 @@
-// BEGIN README tally hub example
+// BEGIN docs/YOUR-APP.md tally hub example
 import StoreSyncCommands
 import TallyApp
 
 HubCommand.main(app: Tally())        // every hubd flag, signal, log line and exit status
-// END README tally hub example
+// END docs/YOUR-APP.md tally hub example

@@ -60,7 +60,7 @@ struct TallyProcessTests {
         #expect(status.digest == Tally().digest(of: replica.store.state))
     }
 
-    // BEGIN README tally convergence example
+    // BEGIN docs/YOUR-APP.md tally convergence example
     @Test("converges across processes with every fault")
     func converges() async throws {
         let harness = ConvergenceHarness(app: Tally(), hub: try builtExecutable("tally-hub"), cli: try builtExecutable("tally-cli"))
@@ -71,7 +71,7 @@ struct TallyProcessTests {
         }
         #expect(report.seq > 0, "\(report)")   // on failure: the seed and the first diverging seq
     }
-    // END README tally convergence example
+    // END docs/YOUR-APP.md tally convergence example
 
     @Test("a main-actor model over a replica of the tally")
     @MainActor
@@ -81,7 +81,7 @@ struct TallyProcessTests {
         let socket = directory.appendingPathComponent("hub.sock").path
         let hub = try await startHub(in: directory)
         defer { stop(hub) }
-        // BEGIN README tally model example
+        // BEGIN docs/YOUR-APP.md tally model example
         let replica = try await Replica.attach(app: Tally(), socketPath: socket, timeout: .seconds(5))
         defer { replica.close() }
         let model = ReplicaModel(replica)                  // @MainActor, Observable: hold it in a view
@@ -89,7 +89,7 @@ struct TallyProcessTests {
         while model.state.counts["tea"] != 2 {             // state changes on the main actor only
             try await Task.sleep(for: .milliseconds(5))
         }
-        // END README tally model example
+        // END docs/YOUR-APP.md tally model example
         #expect(seq == 1)
         #expect(model.linkState == .connected)
     }
