@@ -138,3 +138,38 @@ private func githubAnchor(_ heading: String) -> String {
     }
     return String(anchor)
 }
+
+/// The command reference pages stay in step with the programs: every option `--help` prints is
+/// documented, and `hubd --list-apps` prints what docs/CLI.md shows.
+@Test("docs/CLI.md documents every replica-cli option, docs/OPERATIONS.md every hubd flag, and --list-apps prints what CLI.md shows")
+func commandReferenceMatchesHelp() async throws {
+    let root = repositoryRoot()
+    let cli = try String(contentsOf: root.appendingPathComponent("docs/CLI.md"), encoding: .utf8)
+    let operations = try String(contentsOf: root.appendingPathComponent("docs/OPERATIONS.md"), encoding: .utf8)
+    func output(_ program: String, _ arguments: [String]) async throws -> [String] {
+        let child = try ChildProcess(program, arguments)
+        child.closeInput()
+        #expect(try await child.waitForExit() == 0, "\(program) \(arguments): \(child.errorLines)")
+        return child.lines
+    }
+    func flags(_ lines: [String]) -> Set<String> {
+        var found: Set<String> = []
+        for line in lines {
+            var rest = Substring(line)
+            while let range = rest.range(of: "--") {
+                let name = rest[range.upperBound...].prefix { $0.isLetter || $0 == "-" }
+                if let first = name.first, first.isLetter { found.insert("--" + name) }
+                rest = rest[range.upperBound...]
+            }
+        }
+        return found
+    }
+    for flag in flags(try await output("replica-cli", ["--help"])).sorted() {
+        #expect(cli.contains("`\(flag)") || cli.contains("\(flag) "), "docs/CLI.md does not mention replica-cli's \(flag)")
+    }
+    for flag in flags(try await output("hubd", ["--help"])).sorted() {
+        #expect(operations.contains("`\(flag)"), "docs/OPERATIONS.md does not document hubd's \(flag)")
+    }
+    let apps = try await output("hubd", ["--list-apps"]).joined(separator: "\n")
+    #expect(cli.contains("$ hubd --list-apps\n" + apps + "\n"), "docs/CLI.md's --list-apps block differs from the program's")
+}
