@@ -15,13 +15,20 @@
 //      and U+0000...U+001F (short forms `\b \t \n \f \r`, else lowercase `\u00xx`). Numbers
 //      in the reference are the library's own, checked on their own by item 4;
 //   6. the depth limit is exact: the canonical text of depth d parses with maxDepth d and is
-//      refused with maxDepth d - 1.
+//      refused with maxDepth d - 1;
+//   7. the json app's byte-level decoder `JSONEdit(canonical:)` agrees with `JSONEdit(action:)`
+//      on the parsed value whenever it answers, on the input and on its canonical bytes (and
+//      whatever it accepts parses).
 // Values are compared by canonical bytes, never by `==` on `JSON`.
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let input = UnsafeRawBufferPointer(start: data, count: size)
     let inputBytes = Array(input)
+    checkCanonicalEdit(input)
+    if let parsed = try? JSON(parsing: input) {
+        parsed.canonicalBytes.withUnsafeBytes { checkCanonicalEdit($0) }
+    }
     let value: JSON
     do {
         value = try JSON(parsing: input)
@@ -282,4 +289,18 @@ private func canonicalDepth(_ bytes: [UInt8]) -> Int {
         }
     }
     return deepest
+}
+
+/// Item 7: the fast decoder answers only where the general one gives the same edit.
+private func checkCanonicalEdit(_ bytes: UnsafeRawBufferPointer) {
+    guard let fast = JSONEdit(canonical: bytes) else { return }
+    let general: JSONEdit
+    do {
+        general = try JSONEdit(action: try JSON(parsing: bytes))
+    } catch {
+        fuzzFail("JSONEdit(canonical:) accepted what the general path refuses (\(error))", [("input", Array(bytes))])
+    }
+    guard fast == general else {
+        fuzzFail("JSONEdit(canonical:) decoded \(fast), the general path \(general)", [("input", Array(bytes))])
+    }
 }

@@ -44,7 +44,7 @@ func runWorker(socket: String, count: Int, total: Int, window: Int) -> Never {
         runLoad(replica, path: path, command: command)
     }
     guard command == "go" else { exit(0) }
-    if count == 0 {
+    if count == 0 && total == 0 {
         while readLine() != nil {}
         exit(0)
     }
@@ -54,10 +54,10 @@ func runWorker(socket: String, count: Int, total: Int, window: Int) -> Never {
     // Each of this worker's own actions coming back frees a place in the window.
     let slots = DispatchSemaphore(value: max(window, 0))
     let me = replica.replicaID
-    let token = replica.observeEvents { event in
-        guard case .action(let seq, let origin, _, _, _) = event else { return }
-        if window > 0, origin == me { slots.signal() }
-        if seq >= target, !signalled.exchange(true, ordering: .relaxed) { reached.signal() }
+    // Only seq and origin are needed: observeActions makes no JSON for the action.
+    let token = replica.observeActions { applied in
+        if window > 0, applied.origin == me { slots.signal() }
+        if applied.seq >= target, !signalled.exchange(true, ordering: .relaxed) { reached.signal() }
     }
     for _ in 0..<count {
         if window > 0 { slots.wait() }
@@ -76,10 +76,10 @@ private func runLoad(_ replica: Replica<JSONApp>, path: JSONPointer, command: St
     let rate = parts.count > 1 ? Double(parts[1]) ?? 0 : 0
     let probe = parts.count > 2 ? Int(parts[2]) ?? -1 : -1
     let seen = Mutex<[(UInt64, UInt64)]>([])
-    let token = replica.observeEvents { event in
-        guard case .action(let seq, let origin, _, _, _) = event, origin == probe else { return }
+    let token = replica.observeActions { applied in
+        guard applied.origin == probe else { return }
         let now = monotonicNanoseconds()
-        seen.withLock { $0.append((seq, now)) }
+        seen.withLock { $0.append((applied.seq, now)) }
     }
     let stop = Atomic<Bool>(false)
     let finished = DispatchSemaphore(value: 0)

@@ -60,6 +60,17 @@ public struct JSONApp: SyncApp {
         }
     }
 
+    /// Decodes the common edits straight from their canonical bytes
+    /// (``JSONEdit/init(canonical:maxDepth:)``); anything else takes ``decodeAction(_:)``.
+    ///
+    /// - Parameters:
+    ///   - bytes: The action's canonical JSON.
+    ///   - maxDepth: The nesting the action may have.
+    /// - Returns: The edit, or `nil` for the general path.
+    @inlinable public func decodeAction(canonical bytes: UnsafeRawBufferPointer, maxDepth: Int) -> JSONEdit? {
+        JSONEdit(canonical: bytes, maxDepth: maxDepth)
+    }
+
     /// Encodes an edit.
     ///
     /// - Parameter action: The edit.

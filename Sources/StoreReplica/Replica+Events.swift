@@ -25,6 +25,30 @@ extension Replica {
         }
     }
 
+    /// Calls `callback` on the reader thread for each action applied here, in seq order, after
+    /// it is applied: its seq, origin, dispatch id and the decoded action. Cheaper than
+    /// ``observeEvents(_:)`` when the action's JSON is not needed: no `JSON` value is made for
+    /// it (with only these observers, an app with a canonical decoder, such as the json app,
+    /// reads each action straight from the bytes).
+    ///
+    /// - Parameter callback: Receives each applied action; keep it short.
+    /// - Returns: The token; reports stop when it is cancelled or released.
+    public func observeActions(_ callback: @escaping @Sendable (AppliedAction<App.Action>) -> Void) -> Subscription {
+        let id = shared.withLock { shared -> Int in
+            defer { shared.nextObserver += 1 }
+            shared.actionObservers.append(ActionObserver(id: shared.nextObserver, callback: callback))
+            return shared.nextObserver
+        }
+        return Subscription { [weak self] in
+            // Released after the lock, as in observeEvents.
+            let removed = self?.shared.withLock { shared -> [ActionObserver] in
+                guard let index = shared.actionObservers.firstIndex(where: { $0.id == id }) else { return [] }
+                return [shared.actionObservers.remove(at: index)]
+            }
+            withExtendedLifetime(removed) {}
+        }
+    }
+
     /// The default bound of ``events(limit:)``.
     public static var defaultEventLimit: Int { 65_536 }
 

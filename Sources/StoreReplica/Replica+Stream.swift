@@ -13,6 +13,7 @@ extension Replica {
             case status(ReplyWaiter<HubStatus>, HubStatus)
             case synced(ReplyWaiter<UInt64>, UInt64)
             case event([Observer], ReplicaEvent<App.Action>)
+            case applied([ActionObserver], AppliedAction<App.Action>)
         }
 
         @usableFromInline var steps: [Step] = []
@@ -29,6 +30,7 @@ extension Replica {
                 case .status(let continuation, let status): continuation.resume(returning: status)
                 case .synced(let continuation, let seq): continuation.resume(returning: seq)
                 case .event(let observers, let event): for observer in observers { observer.callback(event) }
+                case .applied(let observers, let action): for observer in observers { observer.callback(action) }
                 }
             }
         }
@@ -66,9 +68,19 @@ extension Replica {
     @inlinable
     func handle(_ frame: UnsafeRawBufferPointer, apply: (App.Action) throws(App.Failure) -> Void,
                 resumeSynced: inout Bool, deliveries: inout Deliveries) -> ReplicaError? {
+        // The hub's own action envelopes: no JSON object for the envelope, and none for the
+        // action either when the app reads it from its canonical bytes and no event observer
+        // wants its JSON.
+        if let envelope = HubMessage.actionEnvelope(frame) {
+            let bytes = UnsafeRawBufferPointer(rebasing: frame[envelope.action])
+            if let action = app.decodeAction(canonical: bytes, maxDepth: 511) {
+                return applied(seq: envelope.seq, origin: envelope.origin, id: .number(envelope.id), action: action,
+                               json: { (try? JSON(parsing: bytes, maxDepth: 511)) ?? app.encodeAction(action) },
+                               apply: apply, deliveries: &deliveries)
+            }
+        }
         let message: HubMessage
         do {
-            // The hub's own action envelopes skip building a JSON object for the envelope.
             message = try HubMessage.fastAction(frame) ?? HubMessage(json: JSON(parsing: frame))
         } catch let error as WireError {
             return .protocolViolation(error.message)
@@ -77,37 +89,15 @@ extension Replica {
         }
         switch message {
         case .action(let seq, let origin, let id, let json):
-            let expected = lastSeq.load(ordering: .relaxed) + 1
-            guard seq == expected else {
-                return .protocolViolation("expected seq \(expected), got \(seq)")
-            }
             let action: App.Action
             do {
                 action = try app.decodeAction(json)
             } catch {
+                let expected = lastSeq.load(ordering: .relaxed) + 1
+                guard seq == expected else { return .protocolViolation("expected seq \(expected), got \(seq)") }
                 return .diverged("sequenced action \(seq) does not decode here: \(error.message)")
             }
-            do throws(App.Failure) {
-                try apply(action)
-            } catch {
-                return .diverged("this replica's reducer refused sequenced action \(seq): \(app.describe(error))")
-            }
-            lastSeq.store(seq, ordering: .releasing)
-            // No tuple crosses the lock: where this runs unspecialised (a replica attached from
-            // generic code), a tuple of generic types costs a locked metadata look-up per action.
-            var ack: ReplyWaiter<UInt64>?
-            let observers = shared.withLock { shared -> [Observer] in
-                // Ours if this replica held that id in this history (a resume replays actions
-                // dispatched over an earlier connection, under its earlier replica id).
-                if shared.ledger.sequenced(origin: origin, id: id) != nil {
-                    ack = shared.acks.removeValue(forKey: id)
-                }
-                return shared.observers
-            }
-            if let ack { deliveries.steps.append(.acknowledged(ack, seq)) }
-            if !observers.isEmpty {
-                deliveries.steps.append(.event(observers, .action(seq: seq, origin: origin, id: id, action: action, json: json)))
-            }
+            return applied(seq: seq, origin: origin, id: id, action: action, json: { json }, apply: apply, deliveries: &deliveries)
         case .reject(let id, let error):
             var ack: ReplyWaiter<UInt64>?
             let observers = shared.withLock { shared -> [Observer] in
@@ -161,6 +151,47 @@ extension Replica {
         case .unknown:
             // The extension rule: a newer hub may send message types this library does not know.
             break
+        }
+        return nil
+    }
+
+    /// Applies one sequenced action and queues what follows it (the dispatcher's answer, the
+    /// observers' reports); returns a reason to stop, or `nil`.
+    ///
+    /// - Parameters:
+    ///   - json: The action's JSON, asked for only when an event observer wants it.
+    @inlinable
+    func applied(seq: UInt64, origin: Int, id: DispatchID, action: App.Action, json: () -> JSON,
+                 apply: (App.Action) throws(App.Failure) -> Void, deliveries: inout Deliveries) -> ReplicaError? {
+        let expected = lastSeq.load(ordering: .relaxed) + 1
+        guard seq == expected else {
+            return .protocolViolation("expected seq \(expected), got \(seq)")
+        }
+        do throws(App.Failure) {
+            try apply(action)
+        } catch {
+            return .diverged("this replica's reducer refused sequenced action \(seq): \(app.describe(error))")
+        }
+        lastSeq.store(seq, ordering: .releasing)
+        // No tuple crosses the lock: where this runs unspecialised (a replica attached from
+        // generic code), a tuple of generic types costs a locked metadata look-up per action.
+        var ack: ReplyWaiter<UInt64>?
+        var actionObservers: [ActionObserver] = []
+        let observers = shared.withLock { shared -> [Observer] in
+            // Ours if this replica held that id in this history (a resume replays actions
+            // dispatched over an earlier connection, under its earlier replica id).
+            if shared.ledger.sequenced(origin: origin, id: id) != nil {
+                ack = shared.acks.removeValue(forKey: id)
+            }
+            actionObservers = shared.actionObservers
+            return shared.observers
+        }
+        if let ack { deliveries.steps.append(.acknowledged(ack, seq)) }
+        if !observers.isEmpty {
+            deliveries.steps.append(.event(observers, .action(seq: seq, origin: origin, id: id, action: action, json: json())))
+        }
+        if !actionObservers.isEmpty {
+            deliveries.steps.append(.applied(actionObservers, AppliedAction(seq: seq, origin: origin, id: id, action: action)))
         }
         return nil
     }

@@ -141,6 +141,12 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         @usableFromInline let callback: @Sendable (ReplicaEvent<App.Action>) -> Void
     }
 
+    /// An applied-action observer (``observeActions(_:)``): no action JSON is made for it.
+    @usableFromInline struct ActionObserver: Sendable {
+        @usableFromInline let id: Int
+        @usableFromInline let callback: @Sendable (AppliedAction<App.Action>) -> Void
+    }
+
     /// The replica's shared mutable part, under one `Mutex`: the ledger (pure bookkeeping of
     /// dispatches and the link) and what cannot be pure (continuations, observers).
     @usableFromInline struct Shared {
@@ -153,6 +159,7 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         @usableFromInline var syncWaiters: [ReplyWaiter<UInt64>] = []
         var closeWaiters: [CheckedContinuation<ReplicaError, Never>] = []
         @usableFromInline var observers: [Observer] = []
+        @usableFromInline var actionObservers: [ActionObserver] = []
         var nextObserver = 1
     }
 

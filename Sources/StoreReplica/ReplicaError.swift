@@ -67,6 +67,33 @@ public enum ReplicaEvent<Action: Sendable>: Sendable {
     case disconnected(ReplicaError)
 }
 
+/// An action the hub sequenced (from any replica, this one included), as applied here; what
+/// ``Replica/observeActions(_:)`` reports.
+public struct AppliedAction<Action: Sendable>: Sendable {
+    /// Its seq.
+    public let seq: UInt64
+    /// The replica that dispatched it.
+    public let origin: Int
+    /// The dispatcher's id.
+    public let id: DispatchID
+    /// The action, decoded.
+    public let action: Action
+
+    /// Creates the report of an applied action.
+    ///
+    /// - Parameters:
+    ///   - seq: Its seq.
+    ///   - origin: The dispatching replica.
+    ///   - id: The dispatcher's id.
+    ///   - action: The action.
+    @inlinable public init(seq: UInt64, origin: Int, id: DispatchID, action: Action) {
+        self.seq = seq
+        self.origin = origin
+        self.id = id
+        self.action = action
+    }
+}
+
 /// A change in a replica's link to its hub.
 public enum ConnectionChange: Sendable, Equatable {
     /// The link dropped; the replica reconnects (per its ``ReconnectPolicy``).

@@ -39,6 +39,18 @@ public protocol SyncApp: Reducer where State: Sendable, Action: Sendable {
     /// - Throws: ``AppCodingError`` when the JSON is not an action of this app.
     func decodeAction(_ json: JSON) throws(AppCodingError) -> Action
 
+    /// Decodes an action straight from its canonical bytes, without a `JSON` tree, when it can:
+    /// the per-action fast path of replicas. `nil` means "not here": the caller parses the bytes
+    /// and calls ``decodeAction(_:)``, which must then give the same action (or refuse it). The
+    /// default answers `nil` always; an app whose actions are small and regular implements it
+    /// (the json app does).
+    ///
+    /// - Parameters:
+    ///   - bytes: The action's canonical JSON, exactly one value.
+    ///   - maxDepth: The nesting the action may have (the action itself counting 1).
+    /// - Returns: The action, or `nil` to take the general path.
+    func decodeAction(canonical bytes: UnsafeRawBufferPointer, maxDepth: Int) -> Action?
+
     /// Encodes an action for the wire; ``decodeAction(_:)`` must invert it.
     ///
     /// - Parameter action: The action.
@@ -110,6 +122,9 @@ public struct AppCodingError: Error, Sendable, Equatable, CustomStringConvertibl
 }
 
 extension SyncApp {
+    /// No fast path: every action is parsed and decoded by ``decodeAction(_:)``.
+    @inlinable public func decodeAction(canonical bytes: UnsafeRawBufferPointer, maxDepth: Int) -> Action? { nil }
+
     /// The app's fingerprint, `name@version`: hub and replica must agree on it exactly.
     public static var fingerprint: String { "\(name)@\(version)" }
 

@@ -1,8 +1,40 @@
+/// Where an `action` frame written the hub's way holds its parts: the envelope's integers and
+/// the byte range of the action's value, found without parsing anything (see
+/// ``HubMessage/actionEnvelope(_:)``).
+public struct ActionEnvelope: Sendable, Equatable {
+    /// The action's seq.
+    public var seq: UInt64
+    /// The dispatching replica.
+    public var origin: Int
+    /// The dispatcher's id (an integer on this path).
+    public var id: Int
+    /// Where the action's value is in the payload: up to, not including, the closing `}`.
+    /// Whether it is exactly one JSON value is not checked here.
+    public var action: Range<Int>
+}
+
 extension HubMessage {
-    /// Reads an `action` frame the way the hub writes it —
+    /// Finds the parts of an `action` frame written the way the hub writes it —
     /// `{"type":"action","seq":S,"origin":O,"id":I,"action":A}`, members in that order, integer
-    /// `seq`/`origin`/`id` — without building a `JSON` object for the envelope: only the
-    /// action's own value is parsed. The replica's hot path.
+    /// `seq`/`origin`/`id` — without parsing: the replica's hot path. The action's bytes still
+    /// have to be read as one value (``fastAction(_:)`` parses them; an app may decode them
+    /// directly); if they are not one value (an extra member after the action), the frame is
+    /// read with ``init(json:)``.
+    ///
+    /// - Parameter payload: A frame's payload.
+    /// - Returns: The envelope, or `nil` when the frame is not of this shape.
+    public static func actionEnvelope(_ payload: UnsafeRawBufferPointer) -> ActionEnvelope? {
+        var cursor = 0
+        guard expect(#"{"type":"action","seq":"#, in: payload, at: &cursor), let seq = integer(in: payload, at: &cursor),
+              expect(#","origin":"#, in: payload, at: &cursor), let origin = integer(in: payload, at: &cursor),
+              expect(#","id":"#, in: payload, at: &cursor), let id = integer(in: payload, at: &cursor),
+              expect(#","action":"#, in: payload, at: &cursor),
+              payload.count - cursor >= 2, payload[payload.count - 1] == UInt8(ascii: "}") else { return nil }
+        return ActionEnvelope(seq: UInt64(seq), origin: origin, id: id, action: cursor..<(payload.count - 1))
+    }
+
+    /// Reads an `action` frame the way the hub writes it (see ``actionEnvelope(_:)``) without
+    /// building a `JSON` object for the envelope: only the action's own value is parsed.
     ///
     /// Any other frame (another type, other member order or spelling, a string id, an extra
     /// member) returns `nil`, and the caller reads it with ``init(json:)``: this is a fast path,
@@ -11,40 +43,43 @@ extension HubMessage {
     /// - Parameter payload: A frame's payload.
     /// - Returns: The message, or `nil` when the fast path does not apply.
     public static func fastAction(_ payload: UnsafeRawBufferPointer) -> HubMessage? {
-        var cursor = 0
-        func expect(_ literal: StaticString) -> Bool {
-            let count = literal.utf8CodeUnitCount
-            guard payload.count - cursor >= count else { return false }
-            let matches = literal.withUTF8Buffer { text in
-                for index in 0..<count where payload[cursor + index] != text[index] { return false }
-                return true
-            }
-            if matches { cursor += count }
-            return matches
+        guard let envelope = actionEnvelope(payload) else { return nil }
+        // An extra member after the action makes this slice fail to parse as one value, and the
+        // frame takes the general path.
+        guard let action = try? JSON(parsing: UnsafeRawBufferPointer(rebasing: payload[envelope.action]), maxDepth: 511) else {
+            return nil
         }
-        /// A non-negative decimal integer without leading zeros, at most 2^53 − 1.
-        func integer() -> Int? {
-            let start = cursor
-            var value = 0
-            while cursor < payload.count, payload[cursor] >= 0x30, payload[cursor] <= 0x39 {
-                guard cursor - start < 16 else { return nil }
-                value = value * 10 + Int(payload[cursor] - 0x30)
-                cursor += 1
-            }
-            guard cursor > start, payload[start] != 0x30 || cursor - start == 1, value <= DispatchID.maxInteger else {
-                return nil
-            }
-            return value
+        return .action(seq: envelope.seq, origin: envelope.origin, id: .number(envelope.id), action: action)
+    }
+
+    /// Whether `literal` is at `cursor`; if so the cursor moves past it.
+    @inline(__always)
+    private static func expect(_ literal: StaticString, in payload: UnsafeRawBufferPointer, at cursor: inout Int) -> Bool {
+        let count = literal.utf8CodeUnitCount
+        guard payload.count - cursor >= count else { return false }
+        let text = literal.utf8Start
+        var index = 0
+        while index < count {
+            guard payload[cursor + index] == text[index] else { return false }
+            index += 1
         }
-        guard expect(#"{"type":"action","seq":"#), let seq = integer(),
-              expect(#","origin":"#), let origin = integer(),
-              expect(#","id":"#), let id = integer(),
-              expect(#","action":"#),
-              payload.count - cursor >= 2, payload[payload.count - 1] == UInt8(ascii: "}") else { return nil }
-        // The action is everything up to the closing brace; an extra member after it makes
-        // this slice fail to parse as one value, and the frame takes the general path.
-        let slice = UnsafeRawBufferPointer(rebasing: payload[cursor..<(payload.count - 1)])
-        guard let action = try? JSON(parsing: slice) else { return nil }
-        return .action(seq: UInt64(seq), origin: origin, id: .number(id), action: action)
+        cursor += count
+        return true
+    }
+
+    /// A non-negative decimal integer without leading zeros, at most 2^53 − 1.
+    @inline(__always)
+    private static func integer(in payload: UnsafeRawBufferPointer, at cursor: inout Int) -> Int? {
+        let start = cursor
+        var value = 0
+        while cursor < payload.count, payload[cursor] >= 0x30, payload[cursor] <= 0x39 {
+            guard cursor - start < 16 else { return nil }
+            value = value * 10 + Int(payload[cursor] - 0x30)
+            cursor += 1
+        }
+        guard cursor > start, payload[start] != 0x30 || cursor - start == 1, value <= DispatchID.maxInteger else {
+            return nil
+        }
+        return value
     }
 }
