@@ -16,6 +16,8 @@
 //      in the reference are the library's own, checked on their own by item 4;
 //   6. the depth limit is exact: the canonical text of depth d parses with maxDepth d and is
 //      refused with maxDepth d - 1;
+//   8. `JSON.isCanonical` answers `true` only for bytes that parse and are their own canonical
+//      form (on the input and on the canonical bytes of what parsed);
 //   7. the json app's byte-level decoder `JSONEdit(canonical:)` agrees with `JSONEdit(action:)`
 //      on the parsed value whenever it answers, on the input and on its canonical bytes (and
 //      whatever it accepts parses).
@@ -26,8 +28,12 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let input = UnsafeRawBufferPointer(start: data, count: size)
     let inputBytes = Array(input)
     checkCanonicalEdit(input)
+    checkIsCanonical(input)
     if let parsed = try? JSON(parsing: input) {
-        parsed.canonicalBytes.withUnsafeBytes { checkCanonicalEdit($0) }
+        parsed.canonicalBytes.withUnsafeBytes {
+            checkCanonicalEdit($0)
+            checkIsCanonical($0)
+        }
     }
     let value: JSON
     do {
@@ -302,5 +308,13 @@ private func checkCanonicalEdit(_ bytes: UnsafeRawBufferPointer) {
     }
     guard fast == general else {
         fuzzFail("JSONEdit(canonical:) decoded \(fast), the general path \(general)", [("input", Array(bytes))])
+    }
+}
+
+/// Item 8: what the canonical check accepts is its own canonical form.
+private func checkIsCanonical(_ bytes: UnsafeRawBufferPointer) {
+    guard JSON.isCanonical(bytes) else { return }
+    guard let parsed = try? JSON(parsing: bytes), parsed.canonicalBytes == Array(bytes) else {
+        fuzzFail("JSON.isCanonical accepted bytes that are not their own canonical form", [("input", Array(bytes))])
     }
 }

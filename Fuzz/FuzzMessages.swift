@@ -1,5 +1,7 @@
 // libFuzzer target: the message decoders `ClientMessage(json:)` and `HubMessage(json:)`, and
-// the replica's fast path `HubMessage.fastAction` (it must agree with `HubMessage(json:)`).
+// the replica's fast path `HubMessage.fastAction` (it must agree with `HubMessage(json:)`), and
+// the hub's `ClientMessage.canonicalDispatch` (it must agree with `ClientMessage(json:)`, and the
+// action's bytes it keeps must be the action's canonical form).
 //
 // Input: a frame payload (arbitrary bytes). It is parsed as JSON, then decoded both as a client
 // and as a hub message; a refusal must be a thrown `WireError` (never a trap). What decodes is
@@ -20,6 +22,13 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         guard let general = try? HubMessage(json: try JSON(parsing: input)),
               general.json.canonicalBytes == fast.json.canonicalBytes else {
             fuzzFail("HubMessage.fastAction accepted what the general decoder reads otherwise (or refuses)", [("input", input)])
+        }
+    }
+    // The hub's canonical-dispatch fast path must agree with the general decoder, bytes kept.
+    if let (id, range) = input.withUnsafeBytes({ ClientMessage.canonicalDispatch($0) }) {
+        guard case .dispatch(let generalID, let action)? = try? ClientMessage(json: try JSON(parsing: input)),
+              generalID == id, action.canonicalBytes == Array(input[range]) else {
+            fuzzFail("ClientMessage.canonicalDispatch accepted what the general decoder reads otherwise (or refuses)", [("input", input)])
         }
     }
     guard let json = try? JSON(parsing: input) else { return 0 }

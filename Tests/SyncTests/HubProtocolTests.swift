@@ -65,7 +65,7 @@ struct HubProtocolTests {
     func dispatch() {
         #expect(code(decide(#"{"type":"dispatch","id":1,"action":{"type":"set","path":"/a","value":1}}"#)) == "not-attached")
         #expect(decide(#"{"type":"dispatch","id":1,"action":{"type":"set","path":"/a","value":1}}"#, attached)
-                == .dispatch(id: .number(1), action: ["type": "set", "path": "/a", "value": 1]))
+                == .dispatch(id: .number(1), action: WireAction(["type": "set", "path": "/a", "value": 1])))
         let id = String(repeating: "i", count: 129)
         guard case .reject(let rejected, let error) = decide(#"{"type":"dispatch","id":"\#(id)","action":{}}"#, attached) else {
             Issue.record("a 129-byte id must be rejected on its own")
@@ -73,9 +73,52 @@ struct HubProtocolTests {
         }
         #expect(rejected == .string(id) && error.code == .badAction)
         #expect(decide(#"{"type":"dispatch","id":"\#(String(repeating: "i", count: 128))","action":1}"#, attached)
-                == .dispatch(id: .string(String(repeating: "i", count: 128)), action: 1))
+                == .dispatch(id: .string(String(repeating: "i", count: 128)), action: WireAction(1)))
         #expect(code(decide(#"{"type":"dispatch","id":9007199254740992,"action":{}}"#, attached)) == "bad-frame")
         #expect(code(decide(#"{"type":"dispatch","id":1}"#, attached)) == "bad-frame")
+    }
+
+    @Test("a canonical dispatch keeps its action's bytes, and decides exactly as the general path does")
+    func canonicalDispatch() {
+        let frames = [
+            #"{"action":{"path":"/counters/1","type":"increment"},"id":7,"type":"dispatch"}"#,
+            #"{"action":{"path":"/a","type":"set","value":[1,"x\"y",{"b":null,"c":true}]},"id":"a-1","type":"dispatch"}"#,
+            #"{"action":-12,"id":-3,"type":"dispatch"}"#,
+            #"{"action":{},"id":0,"type":"dispatch"}"#,
+            #"{"action":"\\","id":"","type":"dispatch"}"#,
+        ]
+        for frame in frames {
+            let bytes = Array(frame.utf8)
+            let found = bytes.withUnsafeBytes { ClientMessage.canonicalDispatch($0) }
+            #expect(found != nil, "\(frame) is canonical")
+            guard case .dispatch(let id, let action) = decide(frame, attached),
+                  let json = try? JSON(parsing: bytes), case .dispatch(let generalID, let generalAction) = try? ClientMessage(json: json) else {
+                Issue.record("\(frame) must decide as a dispatch")
+                continue
+            }
+            #expect(id == generalID && action == WireAction(generalAction), "\(frame)")
+            #expect(action.withCanonicalBytes { Array($0) } == generalAction.canonicalBytes, "\(frame): the bytes are kept")
+        }
+        // Not canonical, or not of this shape: the general path (same decision, parsed).
+        let others = [
+            #"{"type":"dispatch","id":1,"action":{"path":"/a","type":"remove"}}"#,     // member order
+            #"{"action":{"type":"remove","path":"/a"},"id":1,"type":"dispatch"}"#,     // the action's order
+            #"{"action":{"path":"/a","type":"remove"},"id":1.0,"type":"dispatch"}"#,   // 1.0
+            #"{"action":{"path":"/a","type":"remove"},"id":01,"type":"dispatch"}"#,    // not JSON
+            #"{"action":1.5,"id":1,"type":"dispatch"}"#,                               // a fraction
+            #"{"action":"é","id":1,"type":"dispatch"}"#,                               // non-ASCII
+            #"{"action":1,"extra":2,"id":1,"type":"dispatch"}"#,                       // another member
+            #"{"action":1 ,"id":1,"type":"dispatch"}"#,                                // whitespace
+            #"{"action":-0,"id":1,"type":"dispatch"}"#,                                // -0
+            #"{"action":{"a":1,"a":2},"id":1,"type":"dispatch"}"#,                     // a duplicate
+        ]
+        for frame in others {
+            let found = Array(frame.utf8).withUnsafeBytes { ClientMessage.canonicalDispatch($0) }
+            #expect(found == nil, "\(frame) is not for the fast path")
+        }
+        #expect(code(decide(#"{"action":{"a":1,"a":2},"id":1,"type":"dispatch"}"#, attached)) == "bad-json")
+        // Not attached: refused as before, however canonical.
+        #expect(code(decide(frames[0])) == "not-attached")
     }
 
     @Test("what is not a client message: bad-json or unknown-type")

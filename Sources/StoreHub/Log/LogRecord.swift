@@ -15,18 +15,28 @@ package struct LogRecord: Sendable, Equatable {
     package var id: DispatchID
     /// The dispatcher's session, if any.
     package var session: String?
-    /// The action's JSON, as sequenced.
-    package var action: JSON
+    /// The action, as sequenced: parsed, or the canonical bytes a dispatch came with.
+    package var wire: WireAction
+    /// The action's JSON, as sequenced (parsed from ``wire`` when that holds bytes).
+    package var action: JSON {
+        get { wire.json }
+        set { wire = WireAction(newValue) }
+    }
     /// The state's digest right after this action, when a checkpoint followed it.
     package var checkpoint: String?
 
     package init(seq: UInt64, origin: Int, id: DispatchID, session: String? = nil, action: JSON,
                  checkpoint: String? = nil) {
+        self.init(seq: seq, origin: origin, id: id, session: session, wire: WireAction(action), checkpoint: checkpoint)
+    }
+
+    package init(seq: UInt64, origin: Int, id: DispatchID, session: String? = nil, wire: WireAction,
+                 checkpoint: String? = nil) {
         self.seq = seq
         self.origin = origin
         self.id = id
         self.session = session
-        self.action = action
+        self.wire = wire
         self.checkpoint = checkpoint
     }
 
@@ -35,7 +45,7 @@ package struct LogRecord: Sendable, Equatable {
     /// - Parameter buffer: Where the bytes go.
     package func writeBody(into buffer: inout [UInt8]) {
         buffer.append(contentsOf: #"{"action":"#.utf8)
-        action.writeCanonical(into: &buffer)
+        wire.writeCanonical(into: &buffer)
         if let checkpoint {
             buffer.append(contentsOf: #","checkpoint":"#.utf8)
             JSON.string(checkpoint).writeCanonical(into: &buffer)
@@ -62,7 +72,7 @@ package struct LogRecord: Sendable, Equatable {
 
     /// The body as a `JSON` value.
     package var json: JSON {
-        var members: [JSONKey: JSON] = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]
+        var members: [JSONKey: JSON] = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": wire.json]
         if let session { members["session"] = .string(session) }
         if let checkpoint { members["checkpoint"] = .string(checkpoint) }
         return .object(members)

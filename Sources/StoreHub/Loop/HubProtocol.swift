@@ -4,8 +4,9 @@ import SyncCore
 enum HubDecision: Equatable {
     /// A valid `hello` from a connection that is not attached: attach it.
     case hello(HelloRequest)
-    /// A dispatch from an attached connection: sequence it.
-    case dispatch(id: DispatchID, action: JSON)
+    /// A dispatch from an attached connection: sequence it. A dispatch written canonically
+    /// keeps its action's bytes, which the hub forwards as they are.
+    case dispatch(id: DispatchID, action: WireAction)
     /// Answer `status`, in order with what this connection was sent.
     case status
     /// Answer `synced`, in order with what this connection was sent.
@@ -54,6 +55,12 @@ enum HubProtocol {
     ///   - facts: The hub's app and history.
     /// - Returns: The decision.
     static func decide(_ payload: UnsafeRawBufferPointer, state: ConnectionState, facts: HubFacts) -> HubDecision {
+        // The common case, a canonical dispatch from an attached replica, parses nothing: its
+        // action's bytes are kept as they are (every other frame, and every refusal, takes the
+        // general path below).
+        if case .attached = state, let (id, action) = ClientMessage.canonicalDispatch(payload) {
+            return .dispatch(id: id, action: WireAction(canonical: Array(payload[action])))
+        }
         let json: JSON
         do {
             json = try JSON(parsing: payload)
@@ -95,7 +102,7 @@ enum HubProtocol {
             if case .string(let text) = id, text.utf8.count > ClientMessage.maxIDBytes {
                 return .reject(id: id, WireError(.badAction, "the dispatch id is \(text.utf8.count) bytes; a string id is at most \(ClientMessage.maxIDBytes) bytes (UTF-8) — use a shorter one, or an integer"))
             }
-            return .dispatch(id: id, action: action)
+            return .dispatch(id: id, action: WireAction(action))
         }
     }
 }

@@ -28,7 +28,7 @@ import SyncCore
 struct RequestPipeline {
     /// What a client asked for.
     enum Request {
-        case dispatch(id: DispatchID, action: JSON)
+        case dispatch(id: DispatchID, action: WireAction)
         /// A dispatch the protocol refused by itself (an id too long): answered in its turn.
         case refused(id: DispatchID, WireError)
         case status

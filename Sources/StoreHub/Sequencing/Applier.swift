@@ -58,7 +58,7 @@ final class Applier {
         }
         var checkpoints = Dictionary(start.checkpoints.map { ($0.seq, $0.digest) }, uniquingKeysWith: { a, _ in a })
         for record in start.records {
-            switch engine.apply(record.action) {
+            switch engine.apply(record.wire) {
             case .applied:
                 break
             case .badAction(let message), .rejected(let message):
@@ -123,7 +123,7 @@ final class Applier {
     static func frame(for record: LogRecord) -> [UInt8]? {
         var frame: [UInt8] = []
         do throws(FrameError) {
-            try Frame.appendActionEnvelope(seq: record.seq, origin: record.origin, id: record.id, action: record.action,
+            try Frame.appendActionEnvelope(seq: record.seq, origin: record.origin, id: record.id, action: record.wire,
                                            to: &frame)
             if let digest = record.checkpoint {
                 frame.append(contentsOf: try Frame.encode(HubMessage.checkpoint(seq: record.seq, digest: digest)))
@@ -162,7 +162,7 @@ final class Applier {
         if frameStarts.isEmpty { framesFirst = record.seq }
         frameStarts.append(frames.count)
         materializeRoot()
-        switch engine.apply(record.action) {
+        switch engine.apply(record.wire) {
         case .applied:
             if let digest = record.checkpoint {
                 let local = Digest.of(engine.snapshot(.root))
@@ -192,7 +192,7 @@ final class Applier {
             return
         }
         for record in pendingRoot {
-            if case .badAction(let message) = engine.apply(record.action) {
+            if case .badAction(let message) = engine.apply(record.wire) {
                 note("hubd: error: own record seq \(record.seq) does not apply to the root state (\(message))")
             }
         }

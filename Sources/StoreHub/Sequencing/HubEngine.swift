@@ -39,12 +39,12 @@ struct HubEngine: Sendable {
     @usableFromInline let fingerprint: String
     /// Decodes a dispatched action and applies it to the speculative state (`--check-determinism`
     /// applies).
-    @usableFromInline let propose: @Sendable (JSON) -> Outcome
+    @usableFromInline let propose: @Sendable (WireAction) -> Outcome
     /// Decodes a logged action and applies it to the root state: never `--check-determinism`ed
     /// (the record was accepted once, and refusing it now would keep the hub from going on).
     /// Another hub's record arrives only while nothing of this hub's is in flight, or after
     /// the root was kept aside.
-    @usableFromInline let apply: @Sendable (JSON) -> Outcome
+    @usableFromInline let apply: @Sendable (WireAction) -> Outcome
     /// Makes the root state the speculative one (every proposal was appended, in order).
     @usableFromInline let adopt: @Sendable () -> Void
     /// Makes the speculative state the root one again (proposals refused or voided).
@@ -83,14 +83,14 @@ struct HubEngine: Sendable {
         let states = States(app.initialState)
         appName = App.name
         fingerprint = App.fingerprint
-        propose = { json in
+        propose = { wire in
             let action: App.Action
             do throws(AppCodingError) {
-                action = try app.decodeAction(json)
+                action = try Self.decode(wire, app: app)
             } catch {
                 return .badAction(error.message)
             }
-            if checkDeterminism, let refusal = Self.determinismRefusal(app, action: action, json: json, state: states.speculative) {
+            if checkDeterminism, let refusal = Self.determinismRefusal(app, action: action, json: wire.json, state: states.speculative) {
                 return .rejected(refusal)
             }
             // The applied state is kept aside before the first speculative change (a share of
@@ -103,10 +103,10 @@ struct HubEngine: Sendable {
             }
             return .applied
         }
-        apply = { json in
+        apply = { wire in
             let action: App.Action
             do throws(AppCodingError) {
-                action = try app.decodeAction(json)
+                action = try Self.decode(wire, app: app)
             } catch {
                 return .badAction(error.message)
             }
@@ -146,6 +146,16 @@ struct HubEngine: Sendable {
                 return error
             }
         }
+    }
+
+    /// Decodes an action: from its canonical bytes when it is held as bytes and the app reads
+    /// them (``SyncApp/decodeAction(canonical:maxDepth:)``), else from its parsed value.
+    @inlinable
+    static func decode<App: SyncApp>(_ wire: WireAction, app: App) throws(AppCodingError) -> App.Action {
+        if let decoded = wire.withCanonicalBytes({ app.decodeAction(canonical: $0, maxDepth: 511) }), let action = decoded {
+            return action
+        }
+        return try app.decodeAction(wire.json)
     }
 
     /// `--check-determinism`: applies the action to two copies of the state (the second

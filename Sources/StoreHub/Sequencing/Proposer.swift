@@ -92,7 +92,7 @@ final class Proposer {
     ///   - session: The dispatcher's session.
     ///   - snapshotDigest: Serialises the speculative state and returns its digest (for a checkpoint).
     /// - Returns: What became of it, and the record to propose to the log.
-    func propose(_ action: JSON, id: DispatchID, origin: Int, session: SessionEntry?,
+    func propose(_ action: WireAction, id: DispatchID, origin: Int, session: SessionEntry?,
                  snapshotDigest: () -> String) -> (Outcome, LogRecord?) {
         let next = seq + 1
         // The envelope is encoded before the reducer runs: its canonical form may be longer
@@ -125,7 +125,7 @@ final class Proposer {
                 frames.append(contentsOf: bytes)
             }
         }
-        let record = LogRecord(seq: next, origin: origin, id: id, session: session?.name, action: action, checkpoint: checkpoint)
+        let record = LogRecord(seq: next, origin: origin, id: id, session: session?.name, wire: action, checkpoint: checkpoint)
         inFlight.append(InFlight(record: record, session: session, frameStart: start, frameEnd: frames.count))
         session?.inFlight[id] = next
         return (.proposed(next), record)

@@ -131,6 +131,12 @@ final class Sequencer {
     /// - Returns: `proposed` (acknowledged later by its `action` frame), `refused`, or
     ///   `duplicate` with the original's seq (which may still be in flight).
     func dispatch(_ action: JSON, id: DispatchID, origin: Int, session: SessionEntry?) -> Proposer.Outcome {
+        dispatch(WireAction(action), id: id, origin: origin, session: session)
+    }
+
+    /// ``dispatch(_:id:origin:session:)`` for an action held as a ``WireAction`` (a canonical
+    /// dispatch's bytes, forwarded as they are).
+    func dispatch(_ action: WireAction, id: DispatchID, origin: Int, session: SessionEntry?) -> Proposer.Outcome {
         let session = session.map { applier.currentSession($0) }
         if let original = proposer.duplicate(session: session, id: id) {
             return .duplicate(original)
