@@ -8,12 +8,18 @@ import Synchronization
 
 /// A hub on a thread of this process, on a fresh temporary socket.
 final class BenchHub: Sendable {
-    let hub: Hub<JSONApp>
+    let socket: String
     let directory: String
+    private let stopHub: @Sendable () -> Void
     private let finished = Atomic<Bool>(false)
 
-    /// Starts a hub; with `fsync`, on a data directory of its own with that mode.
-    init(fsync: FsyncMode? = nil, configure: (inout HubConfiguration) -> Void = { _ in }) throws {
+    /// Starts a hub of the json app; with `fsync`, on a data directory of its own with that mode.
+    convenience init(fsync: FsyncMode? = nil, configure: (inout HubConfiguration) -> Void = { _ in }) throws {
+        try self.init(app: JSONApp(), fsync: fsync, configure: configure)
+    }
+
+    /// Starts a hub of `app`; with `fsync`, on a data directory of its own with that mode.
+    init<App: SyncApp>(app: App, fsync: FsyncMode? = nil, configure: (inout HubConfiguration) -> Void = { _ in }) throws {
         directory = NSTemporaryDirectory() + "sync-bench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var configuration = HubConfiguration(socketPath: directory + "/hub.sock")
@@ -22,18 +28,17 @@ final class BenchHub: Sendable {
             configuration.fsync = fsync
         }
         configure(&configuration)
-        hub = try Hub(app: JSONApp(), configuration: configuration)
-        let hub = self.hub
+        let hub = try Hub(app: app, configuration: configuration)
+        socket = configuration.socketPath
+        stopHub = { hub.stop() }
         Thread.detachNewThread { [self] in
             try? hub.run()
             finished.store(true, ordering: .releasing)
         }
     }
 
-    var socket: String { hub.configuration.socketPath }
-
     func stop() {
-        hub.stop()
+        stopHub()
         while !finished.load(ordering: .acquiring) { usleep(1000) }
         try? FileManager.default.removeItem(atPath: directory)
     }
@@ -46,8 +51,9 @@ final class WorkerProcess {
     let output = Pipe()
     private var buffered = Data()
 
-    convenience init(socket: String, count: Int, total: Int, window: Int = 0) throws {
-        try self.init(arguments: ["--worker", "--socket", socket, "--count", "\(count)", "--total", "\(total)", "--window", "\(window)"])
+    convenience init(socket: String, count: Int, total: Int, window: Int = 0, app: String = "json") throws {
+        try self.init(arguments: ["--worker", "--socket", socket, "--count", "\(count)", "--total", "\(total)", "--window", "\(window)",
+                                  "--app", app])
     }
 
     /// Starts this executable with `arguments`.
@@ -96,8 +102,8 @@ let dispatchWindow = 64
 /// Hub plus `replicas` worker processes on the json app: every worker dispatches its share
 /// with at most ``dispatchWindow`` of its own outstanding, and the clock stops when every
 /// worker has applied every action.
-func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled: Int = 0) throws -> Result {
-    let hub = try BenchHub(fsync: fsync)
+func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled: Int = 0, app: String = "json") throws -> Result {
+    let hub = app == "codable" ? try BenchHub(app: CodableCounterApp(), fsync: fsync) : try BenchHub(fsync: fsync)
     // Attached replicas that never read: the hub must not slow the others down for them.
     let stalledClients = try (0..<stalled).map { _ in try RawBenchClient(socket: hub.socket) }
     defer { withExtendedLifetime(stalledClients) {} }
@@ -105,7 +111,7 @@ func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled
     let share = actions / replicas
     let total = share * replicas
     let workers = try (0..<replicas).map { _ in
-        try WorkerProcess(socket: hub.socket, count: share, total: total, window: dispatchWindow)
+        try WorkerProcess(socket: hub.socket, count: share, total: total, window: dispatchWindow, app: app)
     }
     defer { workers.forEach { $0.kill() } }
     for worker in workers {
@@ -113,7 +119,8 @@ func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled
     }
     let metrics = try timedRun(workers, actions: total)
     return Result(scenario: "hub.throughput",
-                  params: [("replicas", JSON(replicas)), ("app", "json"), ("fsync", .string(fsync?.rawValue ?? "memory")),
+                  params: [("replicas", JSON(replicas)), ("app", .string(app == "codable" ? "codable-counter" : "json")),
+                           ("fsync", .string(fsync?.rawValue ?? "memory")),
                            ("stalled", JSON(stalled)), ("window", JSON(dispatchWindow))],
                   metrics: metrics)
 }

@@ -33,7 +33,8 @@ let usage = """
       hub.throughput    hub + N replica processes, json app, each dispatching with 64 of its own
                         outstanding: actions/s applied by every replica; N = 1, 4, 16, 64 in memory;
                         N = 4 with --fsync batch and always; N = 4 plus one attached replica that
-                        never reads
+                        never reads; N = 4 for a Codable app (app=codable-counter: the counter,
+                        decoded through its case table), with its ratio to the json app's run
       hub.latency       dispatch→ack and dispatch→applied-by-all (p50/p99/p99.9) of one replica with
                         3 more attached, unloaded and at 50% of the N = 4 peak
       nats.publish      the shared log's baseline: envelope-sized messages published to a JetStream
@@ -56,7 +57,7 @@ struct SyncBench {
         var cursor = ArgumentCursor(CommandLine.arguments)
         var json = false, quick = false
         var only: String?
-        var worker = false, socket = "", count = 0, total = 0, window = 0
+        var worker = false, socket = "", count = 0, total = 0, window = 0, app = "json"
         var subscriber: String?
         var replicaCounts: [Int]?
         var hubChild: String?
@@ -71,6 +72,7 @@ struct SyncBench {
             case "--total": total = Int(cursor.next() ?? "") ?? 0
             case "--replicas": replicaCounts = (cursor.next() ?? "").split(separator: ",").compactMap { Int($0) }
             case "--window": window = Int(cursor.next() ?? "") ?? 0
+            case "--app": app = cursor.next() ?? "json"
             case "--raw-sub", "--redis-sub": subscriber = argument
             case "--hub-child": hubChild = cursor.next()
             case "-h", "--help":
@@ -81,7 +83,7 @@ struct SyncBench {
                 exit(2)
             }
         }
-        if worker { runWorker(socket: socket, count: count, total: total, window: window) }
+        if worker { runWorker(socket: socket, count: count, total: total, window: window, app: app) }
         if subscriber == "--raw-sub" { runRawSubscriber(socket: socket, count: count) }
         if subscriber == "--redis-sub" { runRedisSubscriber(socket: socket, count: count) }
         if let hubChild { runHubChild(socket: socket, dataDirectory: hubChild, snapshotEvery: count) }
@@ -114,6 +116,8 @@ struct SyncBench {
                 if param("fsync") == "nats" {
                     ratio(to: "nats", as: "nats.publish")
                     ratio(to: "hub/\(replicas)", as: "hub.throughput (memory)")
+                } else if param("app") == "codable-counter" {
+                    ratio(to: "hub/\(replicas)", as: "hub.throughput (json app)")
                 } else if param("fsync") == "memory", result.params.first(where: { $0.0 == "stalled" })?.1 == 0 {
                     baselines["hub/\(replicas)"] = result.value
                     ratio(to: "raw/\(replicas)", as: "raw.throughput")
@@ -159,6 +163,10 @@ struct SyncBench {
                     let result = try hubThroughput(replicas: replicas, actions: actions)
                     if replicas == 4, let measured = result.metrics.first?.1 { peak = measured }
                     report(result)
+                    if replicas == 4 {
+                        // The same run for a Codable app (the counter, decoded through its case table).
+                        report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, app: "codable"))
+                    }
                 }
                 if wanted("hub.throughput"), replicaCounts == nil {
                     report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, fsync: .batch))

@@ -29,7 +29,8 @@ func monotonicNanoseconds() -> UInt64 {
 /// - `load RATE ORIGIN`: it dispatches about RATE actions per second and notes when it
 ///   applies each action from replica ORIGIN, until `stop`; then it prints `probe SEQ NS`
 ///   per such action (monotonic nanoseconds) and `end`.
-func runWorker(socket: String, count: Int, total: Int, window: Int) -> Never {
+func runWorker(socket: String, count: Int, total: Int, window: Int, app: String = "json") -> Never {
+    if app == "codable" { runCodableWorker(socket: socket, count: count, total: total, window: window) }
     let replica: Replica<JSONApp>
     do {
         replica = try Replica.attach(app: JSONApp(), socketPath: socket, name: "bench-worker")
@@ -102,6 +103,39 @@ private func runLoad(_ replica: Replica<JSONApp>, path: JSONPointer, command: St
     token.cancel()
     for (seq, at) in seen.withLock({ $0 }) { Console.out("probe \(seq) \(at)") }
     Console.out("end")
+    replica.close()
+    exit(0)
+}
+
+/// `--worker --app codable`: the same as the json worker, for the Codable counter
+/// (`CodableCounterApp`, its actions decoded through its case table): it dispatches
+/// `.increment`, which every replica applies to one shared count.
+private func runCodableWorker(socket: String, count: Int, total: Int, window: Int) -> Never {
+    let replica: Replica<CodableCounterApp>
+    do {
+        replica = try Replica.attach(app: CodableCounterApp(), socketPath: socket, name: "bench-worker")
+    } catch {
+        Console.error("sync-bench worker: \(error.description)")
+        exit(1)
+    }
+    Console.out("ready \(replica.replicaID)")
+    guard readLine() == "go" else { exit(0) }
+    let target = replica.welcomeSeq + UInt64(total)
+    let reached = DispatchSemaphore(value: 0)
+    let signalled = Atomic<Bool>(false)
+    let slots = DispatchSemaphore(value: max(window, 0))
+    let me = replica.replicaID
+    let token = replica.observeActions { applied in
+        if window > 0, applied.origin == me { slots.signal() }
+        if applied.seq >= target, !signalled.exchange(true, ordering: .relaxed) { reached.signal() }
+    }
+    for _ in 0..<count {
+        if window > 0 { slots.wait() }
+        replica.store.dispatch(.increment)
+    }
+    if total > 0, replica.seq < target { reached.wait() }
+    token.cancel()
+    Console.out("done \(replica.seq) \(replica.app.digest(of: replica.store.state))")
     replica.close()
     exit(0)
 }

@@ -71,6 +71,12 @@ public struct JSONApp: SyncApp {
         JSONEdit(canonical: bytes, maxDepth: maxDepth)
     }
 
+    /// Writes an edit's canonical wire form directly (``JSONEdit/canonicalBytes``).
+    ///
+    /// - Parameter action: The edit.
+    /// - Returns: Its canonical bytes.
+    @inlinable public func encodeAction(canonical action: JSONEdit) -> [UInt8]? { action.canonicalBytes }
+
     /// Encodes an edit.
     ///
     /// - Parameter action: The edit.

@@ -248,9 +248,9 @@ extension Replica {
                 notify(observers, .connection(change))
                 break
             }
-            for (order, id, json) in next {
+            for (order, id, action) in next {
                 sentThrough = order
-                if case .tooLarge(let error) = upstream.send(.dispatch(id: id, action: json)) {
+                if case .tooLarge(let error) = upstream.sendDispatch(id: id, action: action) {
                     failPending(id, .rejected(error))
                 }
             }

@@ -14,7 +14,12 @@ extension Replica {
     ///   ``ReplicaError/disconnected(_:)``.
     @discardableResult
     public func dispatch(_ action: App.Action) async throws(ReplicaError) -> UInt64 {
-        try await dispatch(json: app.encodeAction(action))
+        try await dispatch(wire: wireAction(action))
+    }
+
+    /// The action as sent: the app's canonical bytes when it writes them directly, else its JSON.
+    func wireAction(_ action: App.Action) -> WireAction {
+        app.encodeAction(canonical: action).map { WireAction(canonical: $0) } ?? WireAction(app.encodeAction(action))
     }
 
     /// Sends a wire action as JSON and waits until it is sequenced and applied here.
@@ -24,12 +29,17 @@ extension Replica {
     /// - Throws: ``ReplicaError/rejected(_:)`` (`bad-action` or `rejected`), or ``ReplicaError/disconnected(_:)``.
     @discardableResult
     public func dispatch(json: JSON) async throws(ReplicaError) -> UInt64 {
+        try await dispatch(wire: WireAction(json))
+    }
+
+    /// ``dispatch(json:)`` for an action held as a ``WireAction``.
+    func dispatch(wire: WireAction) async throws(ReplicaError) -> UInt64 {
         // A task cancelled before the call sends nothing; cancelled later, only the wait
         // ends: the dispatch stays pending (applied once, or refused).
         let id = link.makeID()
         return try await ReplyWaiter<UInt64>().wait { waiter in
             shared.withLock { $0.acks[id] = waiter }
-            if let failure = submit(id: id, json: json, awaited: true),
+            if let failure = submit(id: id, action: wire, awaited: true),
                let waiting = shared.withLock({ $0.acks.removeValue(forKey: id) }) {
                 waiting.resume(throwing: failure)
             }
@@ -41,19 +51,25 @@ extension Replica {
     ///
     /// - Returns: Why it was not accepted (then nothing is pending and nothing will be sent).
     func submit(id: DispatchID, json: JSON, awaited: Bool) -> ReplicaError? {
+        submit(id: id, action: WireAction(json), awaited: awaited)
+    }
+
+    /// ``submit(id:json:awaited:)`` for an action held as a ``WireAction`` (the canonical bytes
+    /// an app wrote directly, sent as they are).
+    func submit(id: DispatchID, action: WireAction, awaited: Bool) -> ReplicaError? {
         // Lock order: drain (when called from the store's terminal) → shared → link → upstream.
         // Under the store's dispatch lock nothing may wait (the reader needs that lock to
         // apply the answers), so the pending bound refuses instead; elsewhere the socket's
         // backlog holds the sender back.
         let mayWait = !store.isDispatchingOnCurrentThread
-        switch shared.withLock({ $0.ledger.submit(id: id, json: json, awaited: awaited, bounded: !mayWait) }) {
+        switch shared.withLock({ $0.ledger.submit(id: id, action: action, awaited: awaited, bounded: !mayWait) }) {
         case .refuse(let error):
             return error
         case .queue:
             return nil
         case .send:
             let failure: ReplicaError
-            switch link.current.send(.dispatch(id: id, action: json), mayWait: mayWait) {
+            switch link.current.sendDispatch(id: id, action: action, mayWait: mayWait) {
             case .sent:
                 return nil
             case .tooLarge(let error):
@@ -82,7 +98,9 @@ extension Replica {
     ///   nothing was sent in either case.
     @discardableResult
     public func send(_ action: App.Action) throws(ReplicaError) -> DispatchID {
-        try send(json: app.encodeAction(action))
+        let id = link.makeID()
+        if let failure = submit(id: id, action: wireAction(action), awaited: false) { throw failure }
+        return id
     }
 
     /// Sends a wire action without waiting; see ``send(_:)``.

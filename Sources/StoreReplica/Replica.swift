@@ -198,12 +198,13 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
             terminal: { action in
                 // Runs under the store's drain lock: nothing here waits, and a failure is
                 // reported on the failure queue, after the lock.
-                let json = app.encodeAction(action)
+                // The app's canonical bytes when it writes them directly (no JSON object).
+                let wire = app.encodeAction(canonical: action).map { WireAction(canonical: $0) } ?? WireAction(app.encodeAction(action))
                 guard let replica = submitter.submitter else {
-                    queue.async { report(.disconnected("this replica's link to the hub has ended (closed, or reconnection gave up)"), json) }
+                    queue.async { report(.disconnected("this replica's link to the hub has ended (closed, or reconnection gave up)"), wire.json) }
                     return
                 }
-                if let failure = replica.submitUnawaited(id: link.makeID(), json: json) { queue.async { report(failure, json) } }
+                if let failure = replica.submitUnawaited(id: link.makeID(), action: wire) { queue.async { report(failure, wire.json) } }
             }
         )
         submitter.install(self)
@@ -277,8 +278,8 @@ final class UpstreamHolder: Sendable {
 
 /// What the store's terminal calls to send a fire-and-forget dispatch: the replica.
 protocol DispatchSubmitter: AnyObject, Sendable {
-    /// Records the dispatch as pending and sends it (see `Replica.submit(id:json:awaited:)`).
-    func submitUnawaited(id: DispatchID, json: JSON) -> ReplicaError?
+    /// Records the dispatch as pending and sends it (see `Replica.submit(id:action:awaited:)`).
+    func submitUnawaited(id: DispatchID, action: WireAction) -> ReplicaError?
 }
 
 /// Lets the store's terminal (built before the replica exists) reach the replica: set once
@@ -302,5 +303,5 @@ final class SubmitterBox: Sendable {
 }
 
 extension Replica: DispatchSubmitter {
-    func submitUnawaited(id: DispatchID, json: JSON) -> ReplicaError? { submit(id: id, json: json, awaited: false) }
+    func submitUnawaited(id: DispatchID, action: WireAction) -> ReplicaError? { submit(id: id, action: action, awaited: false) }
 }

@@ -20,7 +20,10 @@ struct ReplicaLedger: Sendable {
     struct Pending: Sendable, Equatable {
         /// Its place in the order of this replica's dispatches.
         var order: Int
-        var json: JSON
+        /// The action as sent (its canonical bytes, or its JSON).
+        var action: WireAction
+        /// The action's wire JSON.
+        var json: JSON { action.json }
         /// Whether someone awaits it (an async `dispatch`); otherwise a failure is reported.
         var awaited: Bool
     }
@@ -75,6 +78,11 @@ struct ReplicaLedger: Sendable {
     ///     that can is held back by the socket instead. While reconnecting it always applies.
     /// - Returns: Send, queue, or why it was refused (then nothing was recorded).
     mutating func submit(id: DispatchID, json: JSON, awaited: Bool, bounded: Bool = true) -> Submission {
+        submit(id: id, action: WireAction(json), awaited: awaited, bounded: bounded)
+    }
+
+    /// ``submit(id:json:awaited:bounded:)`` for an action held as a ``WireAction``.
+    mutating func submit(id: DispatchID, action: WireAction, awaited: Bool, bounded: Bool = true) -> Submission {
         if let endReason { return .refuse(.disconnected(endReason.description)) }
         if pending.count >= maxPending {
             if case .reconnecting = link {
@@ -84,7 +92,7 @@ struct ReplicaLedger: Sendable {
                 return .refuse(.disconnected("\(pending.count) dispatches already wait for the hub's answer (ReconnectPolicy.maxPendingDispatches) and this one was dispatched inside the store's dispatch, which cannot wait; it was not sent — dispatch from outside a subscriber, or wait for some to be acknowledged (sync()), then retry"))
             }
         }
-        pending[id] = Pending(order: nextOrder, json: json, awaited: awaited)
+        pending[id] = Pending(order: nextOrder, action: action, awaited: awaited)
         nextOrder += 1
         if case .reconnecting = link { return .queue }
         return .send
@@ -153,10 +161,10 @@ struct ReplicaLedger: Sendable {
 
     /// The pending dispatches to (re)send after `order`, in order; when there are none, the
     /// link is connected (so later dispatches are sent at once, after these).
-    mutating func toResend(after order: Int) -> [(order: Int, id: DispatchID, json: JSON)] {
+    mutating func toResend(after order: Int) -> [(order: Int, id: DispatchID, action: WireAction)] {
         let next = pending.filter { $0.value.order > order }
             .sorted { $0.value.order < $1.value.order }
-            .map { (order: $0.value.order, id: $0.key, json: $0.value.json) }
+            .map { (order: $0.value.order, id: $0.key, action: $0.value.action) }
         if next.isEmpty { link = .connected }
         return next
     }

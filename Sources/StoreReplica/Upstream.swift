@@ -105,6 +105,28 @@ final class Upstream: Sendable {
         return sendFrame(frame, mayWait: mayWait).map { .closed($0) } ?? .sent
     }
 
+    /// Sends a `dispatch`, its envelope written around the action's canonical bytes
+    /// (``Frame/encodeDispatch(id:action:)``); see ``send(_:mayWait:)``.
+    ///
+    /// - Parameters:
+    ///   - id: The dispatch id.
+    ///   - action: The action.
+    ///   - mayWait: Whether the caller may wait while the queue is full.
+    /// - Returns: Whether it was sent.
+    @discardableResult
+    func sendDispatch(id: DispatchID, action: WireAction, mayWait: Bool = false) -> Outcome {
+        let frame: [UInt8]
+        do throws(FrameError) {
+            frame = try Frame.encodeDispatch(id: id, action: action)
+        } catch {
+            return .tooLarge(WireError(.frameTooLarge, "the message does not fit one frame (\(error.description)); split the action"))
+        }
+        guard frame.count - Frame.headerSize <= maxPayloadBytes else {
+            return .tooLarge(WireError(.frameTooLarge, "the message is \(frame.count - Frame.headerSize) bytes, more than the hub's limit of \(maxPayloadBytes) bytes (its --max-frame-bytes); nothing was sent — split the action or raise the hub's limit"))
+        }
+        return sendFrame(frame, mayWait: mayWait).map { .closed($0) } ?? .sent
+    }
+
     /// Sends an encoded frame; returns `nil`, or why the connection cannot take writes.
     private func sendFrame(_ frame: [UInt8], mayWait: Bool) -> String? {
         enum Plan { case failed(String), direct, queued(wake: Bool, wait: Bool) }

@@ -51,6 +51,15 @@ public protocol SyncApp: Reducer where State: Sendable, Action: Sendable {
     /// - Returns: The action, or `nil` to take the general path.
     func decodeAction(canonical bytes: UnsafeRawBufferPointer, maxDepth: Int) -> Action?
 
+    /// Encodes an action straight to the canonical bytes of its wire form, when it can: the
+    /// per-dispatch fast path of replicas. The bytes must equal
+    /// `encodeAction(action).canonicalBytes`; `nil` means "use ``encodeAction(_:)``". The
+    /// default answers `nil` always (the json app implements it).
+    ///
+    /// - Parameter action: The action.
+    /// - Returns: Its canonical bytes, or `nil`.
+    func encodeAction(canonical action: Action) -> [UInt8]?
+
     /// Encodes an action for the wire; ``decodeAction(_:)`` must invert it.
     ///
     /// - Parameter action: The action.
@@ -124,6 +133,9 @@ public struct AppCodingError: Error, Sendable, Equatable, CustomStringConvertibl
 extension SyncApp {
     /// No fast path: every action is parsed and decoded by ``decodeAction(_:)``.
     @inlinable public func decodeAction(canonical bytes: UnsafeRawBufferPointer, maxDepth: Int) -> Action? { nil }
+
+    /// No fast path: every action is encoded by ``encodeAction(_:)``.
+    @inlinable public func encodeAction(canonical action: Action) -> [UInt8]? { nil }
 
     /// The app's fingerprint, `name@version`: hub and replica must agree on it exactly.
     public static var fingerprint: String { "\(name)@\(version)" }

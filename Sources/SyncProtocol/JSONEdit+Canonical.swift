@@ -185,3 +185,59 @@ private struct CanonicalEditReader {
         return try? JSON(parsing: UnsafeRawBufferPointer(rebasing: bytes[start..<cursor]), maxDepth: maxDepth)
     }
 }
+
+extension JSONEdit {
+    /// Appends the canonical bytes of this edit's wire form (``action``'s canonical form,
+    /// written directly: no `JSON` object is made, and the members are already in order).
+    ///
+    /// - Parameter buffer: Where the bytes go.
+    public func writeCanonical(into buffer: inout [UInt8]) {
+        switch self {
+        case .increment(let path, let by):
+            buffer.append(contentsOf: #"{"by":"#.utf8)
+            _JSONWriter.writeNumber(by, into: &buffer)
+            buffer.append(contentsOf: #","path":"#.utf8)
+            Self.writePointer(path, into: &buffer)
+            buffer.append(contentsOf: #","type":"increment"}"#.utf8)
+        case .remove(let path):
+            buffer.append(contentsOf: #"{"path":"#.utf8)
+            Self.writePointer(path, into: &buffer)
+            buffer.append(contentsOf: #","type":"remove"}"#.utf8)
+        case .set(let path, let value), .merge(let path, let value), .append(let path, let value):
+            buffer.append(contentsOf: #"{"path":"#.utf8)
+            Self.writePointer(path, into: &buffer)
+            buffer.append(contentsOf: #","type":""#.utf8)
+            buffer.append(contentsOf: typeName.utf8)
+            buffer.append(contentsOf: #"","value":"#.utf8)
+            value.writeCanonical(into: &buffer)
+            buffer.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// The canonical bytes of this edit's wire form.
+    public var canonicalBytes: [UInt8] {
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(64)
+        writeCanonical(into: &buffer)
+        return buffer
+    }
+
+    /// A pointer's text as a canonical JSON string.
+    private static func writePointer(_ pointer: JSONPointer, into buffer: inout [UInt8]) {
+        // Tokens without `~` or `/` need no pointer escape: their bytes are written as they are.
+        let plain = pointer.tokens.allSatisfy { token in
+            !token.utf8.contains { $0 == UInt8(ascii: "~") || $0 == UInt8(ascii: "/") }
+        }
+        guard plain else {
+            _JSONWriter.writeString(pointer.description, into: &buffer)
+            return
+        }
+        buffer.append(UInt8(ascii: "\""))
+        for token in pointer.tokens {
+            buffer.append(UInt8(ascii: "/"))
+            var token = token
+            token.withUTF8 { _JSONWriter.writeEscaped($0, into: &buffer) }
+        }
+        buffer.append(UInt8(ascii: "\""))
+    }
+}

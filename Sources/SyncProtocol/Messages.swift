@@ -575,8 +575,19 @@ extension Frame {
     /// - Throws: ``FrameError/tooLarge(length:limit:)`` when it does not fit one frame.
     public static func encode(_ message: ClientMessage) throws(FrameError) -> [UInt8] {
         guard case .dispatch(let id, let action) = message else { return try encode(message.json) }
-        // The replicas' hot path: the envelope written directly, in canonical member order
-        // (`action`, `id`, `type`), with no `JSON` object for it.
+        return try encodeDispatch(id: id, action: WireAction(action))
+    }
+
+    /// Encodes a `dispatch` as one frame, the envelope written directly in canonical member
+    /// order (`action`, `id`, `type`) with no `JSON` object for it: the replicas' hot path.
+    /// The payload is `ClientMessage.dispatch(id:action:)`'s canonical form.
+    ///
+    /// - Parameters:
+    ///   - id: The dispatch id.
+    ///   - action: The action (canonical bytes are copied as they are).
+    /// - Returns: The frame's bytes.
+    /// - Throws: ``FrameError/tooLarge(length:limit:)`` when it does not fit one frame.
+    public static func encodeDispatch(id: DispatchID, action: WireAction) throws(FrameError) -> [UInt8] {
         var buffer: [UInt8] = [0, 0, 0, 0]
         buffer.reserveCapacity(96)
         buffer.append(contentsOf: #"{"action":"#.utf8)
