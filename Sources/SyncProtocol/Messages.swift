@@ -578,6 +578,18 @@ extension Frame {
         return try encodeDispatch(id: id, action: WireAction(action))
     }
 
+    /// Writes an integer as the canonical writer would, without going through `Double` when it
+    /// is within ±2^53 (beyond, `json`'s canonical form, which is what the number means there).
+    @inline(__always)
+    private static func writeInteger(_ value: Int?, orJSON json: JSON, into buffer: inout [UInt8]) {
+        guard let value, value.magnitude < 1 << 53 else {
+            json.writeCanonical(into: &buffer)
+            return
+        }
+        if value < 0 { buffer.append(UInt8(ascii: "-")) }
+        _JSONWriter.writeInteger(UInt64(value.magnitude), into: &buffer)
+    }
+
     /// Encodes a `dispatch` as one frame, the envelope written directly in canonical member
     /// order (`action`, `id`, `type`) with no `JSON` object for it: the replicas' hot path.
     /// The payload is `ClientMessage.dispatch(id:action:)`'s canonical form.
@@ -632,11 +644,15 @@ extension Frame {
         let start = buffer.count
         buffer.append(contentsOf: [0, 0, 0, 0])
         buffer.append(contentsOf: #"{"type":"action","seq":"#.utf8)
-        JSON(seq).writeCanonical(into: &buffer)
+        writeInteger(seq < 1 << 53 ? Int(seq) : nil, orJSON: JSON(seq), into: &buffer)
         buffer.append(contentsOf: #","origin":"#.utf8)
-        JSON(origin).writeCanonical(into: &buffer)
+        writeInteger(origin, orJSON: JSON(origin), into: &buffer)
         buffer.append(contentsOf: #","id":"#.utf8)
-        id.json.writeCanonical(into: &buffer)
+        if case .number(let number) = id {
+            writeInteger(number, orJSON: id.json, into: &buffer)
+        } else {
+            id.json.writeCanonical(into: &buffer)
+        }
         buffer.append(contentsOf: #","action":"#.utf8)
         action.writeCanonical(into: &buffer)
         buffer.append(UInt8(ascii: "}"))
