@@ -22,8 +22,19 @@ public struct NATSHeaders: Sendable, Equatable {
 
     /// The first value of a field (names compare without case, as NATS does).
     public subscript(name: String) -> String? {
-        let lower = name.lowercased()
-        return fields.first { $0.name.lowercased() == lower }?.value
+        fields.first { Self.sameIgnoringASCIICase($0.name, name) }?.value
+    }
+
+    /// Whether two names are equal ignoring the case of ASCII letters (header names are
+    /// ASCII; no allocation, unlike `lowercased()`).
+    private static func sameIgnoringASCIICase(_ lhs: String, _ rhs: String) -> Bool {
+        guard lhs.utf8.count == rhs.utf8.count else { return false }
+        for (left, right) in zip(lhs.utf8, rhs.utf8) where left != right {
+            let l = left >= 0x41 && left <= 0x5A ? left | 0x20 : left
+            let r = right >= 0x41 && right <= 0x5A ? right | 0x20 : right
+            if l != r { return false }
+        }
+        return true
     }
 
     /// The header block as sent: `NATS/1.0\r\n`, each field, then an empty line.
@@ -44,35 +55,37 @@ public struct NATSHeaders: Sendable, Equatable {
     /// - Parameter bytes: The block, from `NATS/1.0` to the empty line.
     /// - Returns: The headers, or `nil` when the block is malformed.
     public static func decode(_ bytes: ArraySlice<UInt8>) -> NATSHeaders? {
-        var lines: [String] = []
-        var start = bytes.startIndex
-        var index = bytes.startIndex
-        while index < bytes.endIndex {
-            if bytes[index] == 0x0D, index + 1 < bytes.endIndex, bytes[index + 1] == 0x0A {
-                lines.append(String(decoding: bytes[start..<index], as: UTF8.self))
-                index += 2
-                start = index
-            } else {
-                index += 1
-            }
-        }
-        if start < bytes.endIndex { lines.append(String(decoding: bytes[start...], as: UTF8.self)) }
-        guard let first = lines.first, first.hasPrefix("NATS/1.0") else { return nil }
-        lines.removeFirst()
+        // Read over the bytes (a delivery carries several fields; Strings are made only for
+        // the names and values themselves).
+        let space = UInt8(ascii: " ")
         var headers = NATSHeaders()
-        let status = first.dropFirst("NATS/1.0".count).drop(while: { $0 == " " })
-        if !status.isEmpty {
-            let parts = status.split(separator: " ", maxSplits: 1)
-            headers.status = parts.first.flatMap { Int($0) }
-            headers.statusText = parts.count > 1 ? String(parts[1]) : ""
+        var start = bytes.startIndex
+        var first = true
+        while start < bytes.endIndex {
+            var end = start
+            while end < bytes.endIndex, !(bytes[end] == 0x0D && end + 1 < bytes.endIndex && bytes[end + 1] == 0x0A) { end += 1 }
+            let line = bytes[start..<end]
+            start = end < bytes.endIndex ? end + 2 : end
+            if first {
+                first = false
+                guard line.starts(with: "NATS/1.0".utf8) else { return nil }
+                var cursor = line.startIndex + 8
+                while cursor < line.endIndex, line[cursor] == space { cursor += 1 }
+                guard cursor < line.endIndex else { continue }
+                var codeEnd = cursor
+                while codeEnd < line.endIndex, line[codeEnd] != space { codeEnd += 1 }
+                headers.status = Int(String(decoding: line[cursor..<codeEnd], as: UTF8.self))
+                let text = codeEnd < line.endIndex ? line[(codeEnd + 1)...] : line[line.endIndex...]
+                headers.statusText = String(decoding: text, as: UTF8.self)
+                continue
+            }
+            guard !line.isEmpty, let colon = line.firstIndex(of: UInt8(ascii: ":")) else { continue }
+            var valueStart = colon + 1
+            while valueStart < line.endIndex, line[valueStart] == space { valueStart += 1 }
+            headers.fields.append((String(decoding: line[..<colon], as: UTF8.self),
+                                   String(decoding: line[valueStart...], as: UTF8.self)))
         }
-        for line in lines where !line.isEmpty {
-            guard let colon = line.firstIndex(of: ":") else { continue }
-            let name = String(line[..<colon])
-            let value = line[line.index(after: colon)...].drop(while: { $0 == " " })
-            headers.fields.append((name, String(value)))
-        }
-        return headers
+        return first ? nil : headers
     }
 
     public static func == (lhs: NATSHeaders, rhs: NATSHeaders) -> Bool {

@@ -620,18 +620,24 @@ extension JetStreamLog {
                 unsessioned += 1
                 return "u.\(runID).\(unsessioned)"
             }
+            // `s.` and the canonical JSON of [session, id], percent-encoded (the same bytes on
+            // every hub and version: JetStream de-duplicates by it across hubs).
             let key: JSON = [.string(session), record.id.json]
-            var id = "s."
+            let hex: StaticString = "0123456789ABCDEF"
+            var id: [UInt8] = [UInt8(ascii: "s"), UInt8(ascii: ".")]
+            id.reserveCapacity(48)
             for byte in key.canonicalBytes {
                 switch byte {
                 case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
                      UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."):
-                    id.unicodeScalars.append(Unicode.Scalar(byte))
+                    id.append(byte)
                 default:
-                    id += "%" + String(byte, radix: 16, uppercase: true).leftPadded(2)
+                    id.append(UInt8(ascii: "%"))
+                    id.append(hex.utf8Start[Int(byte >> 4)])
+                    id.append(hex.utf8Start[Int(byte & 0x0F)])
                 }
             }
-            return id
+            return String(decoding: id, as: UTF8.self)
         }
 
         private func send(_ item: inout Pending) {
@@ -1113,12 +1119,6 @@ extension JetStreamLog {
                 worker.note("hubd: could not publish the shared snapshot at seq \(snapshot.seq): \(error.message)")
             }
         }
-    }
-}
-
-extension String {
-    fileprivate func leftPadded(_ width: Int) -> String {
-        count >= width ? self : String(repeating: "0", count: width - count) + self
     }
 }
 
