@@ -146,6 +146,10 @@ public final class NATSConnection {
     public func close() {
         guard !closed else { return }
         closed = true
+        // Nothing is written or read after this: the descriptor's number may be reused by
+        // another socket or file of this process.
+        output.removeAll()
+        queued.removeAll()
         UnixSocket.close(fd)
     }
 
@@ -179,6 +183,7 @@ public final class NATSConnection {
     ///   - headers: Headers, if any.
     ///   - payload: The payload.
     public func publish(_ subject: String, reply: String? = nil, headers: NATSHeaders? = nil, payload: [UInt8]) {
+        guard !closed else { return }
         let replyPart = reply.map { " " + $0 } ?? ""
         if let headers {
             let block = headers.encoded
@@ -202,6 +207,7 @@ public final class NATSConnection {
     ///
     /// - Throws: ``NATSError`` when the connection is broken or too slow.
     public func flush(timeoutMilliseconds: Int32 = 5_000) throws(NATSError) {
+        guard !closed else { throw NATSError(.unreachable, "the connection to NATS at \(server) is closed") }
         let deadline = ContinuousClock.now + .milliseconds(Int(max(0, timeoutMilliseconds)))
         while !output.isEmpty {
             let result = output.withUnsafeBytes { UnixSocket.write(fd, $0, dontWait: true) }
@@ -227,6 +233,7 @@ public final class NATSConnection {
     ///
     /// - Throws: ``NATSError`` when the server closed the connection, sent `-ERR`, or broke the protocol.
     public func read(timeoutMilliseconds: Int32) throws(NATSError) -> [NATSMessage] {
+        guard !closed else { throw NATSError(.unreachable, "the connection to NATS at \(server) is closed") }
         var messages = queued
         queued.removeAll()
         if UnixSocket.waitUntil(fd, timeoutMilliseconds: messages.isEmpty ? timeoutMilliseconds : 0) {

@@ -85,7 +85,7 @@ public struct HubConfiguration: Sendable {
     public var checkpointEvery: Int = Defaults.checkpointEvery
     /// While actions flow, also a `checkpoint` after the first action once this much time has
     /// passed since the last one (default one second; `nil` or zero: by seq only). A flow starts
-    /// with an action after a quiet interval and its first interval carries none, so a
+    /// with an action after a quiet spell of two intervals and its first interval carries none, so a
     /// replica that differs learns it within about two intervals of steady traffic, and a few
     /// dispatches at a time are never followed by a checkpoint.
     public var checkpointInterval: Duration? = .milliseconds(Defaults.checkpointIntervalMilliseconds)

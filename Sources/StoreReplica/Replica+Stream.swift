@@ -13,10 +13,14 @@ extension Replica {
             case status(ReplyWaiter<HubStatus>, HubStatus)
             case synced(ReplyWaiter<UInt64>, UInt64)
             case event([Observer], ReplicaEvent<App.Action>)
-            case applied([ActionObserver], AppliedAction<App.Action>)
+            /// An applied action for ``actionObservers``.
+            case applied(AppliedAction<App.Action>)
         }
 
         @usableFromInline var steps: [Step] = []
+        /// The ``observeActions(_:)`` observers, read once per batch (under the first action's
+        /// lock), not copied into every step.
+        @usableFromInline var actionObservers: [ActionObserver]?
 
         @inlinable init() {}
 
@@ -30,7 +34,7 @@ extension Replica {
                 case .status(let continuation, let status): continuation.resume(returning: status)
                 case .synced(let continuation, let seq): continuation.resume(returning: seq)
                 case .event(let observers, let event): for observer in observers { observer.callback(event) }
-                case .applied(let observers, let action): for observer in observers { observer.callback(action) }
+                case .applied(let action): for observer in actionObservers ?? [] { observer.callback(action) }
                 }
             }
         }
@@ -176,22 +180,24 @@ extension Replica {
         // No tuple crosses the lock: where this runs unspecialised (a replica attached from
         // generic code), a tuple of generic types costs a locked metadata look-up per action.
         var ack: ReplyWaiter<UInt64>?
-        var actionObservers: [ActionObserver] = []
+        let firstOfBatch = deliveries.actionObservers == nil
+        var actionObservers: [ActionObserver]?
         let observers = shared.withLock { shared -> [Observer] in
             // Ours if this replica held that id in this history (a resume replays actions
             // dispatched over an earlier connection, under its earlier replica id).
             if shared.ledger.sequenced(origin: origin, id: id) != nil {
                 ack = shared.acks.removeValue(forKey: id)
             }
-            actionObservers = shared.actionObservers
+            if firstOfBatch { actionObservers = shared.actionObservers }
             return shared.observers
         }
+        if firstOfBatch { deliveries.actionObservers = actionObservers }
         if let ack { deliveries.steps.append(.acknowledged(ack, seq)) }
         if !observers.isEmpty {
             deliveries.steps.append(.event(observers, .action(seq: seq, origin: origin, id: id, action: action, json: json())))
         }
-        if !actionObservers.isEmpty {
-            deliveries.steps.append(.applied(actionObservers, AppliedAction(seq: seq, origin: origin, id: id, action: action)))
+        if deliveries.actionObservers?.isEmpty == false {
+            deliveries.steps.append(.applied(AppliedAction(seq: seq, origin: origin, id: id, action: action)))
         }
         return nil
     }

@@ -142,9 +142,9 @@ public enum HubCommand {
                                      While actions flow, also send a checkpoint after the first
                                      action once this long has passed since the last one
                                      (decimals allowed; default 1; 0: by seq only). A flow starts
-                                     with an action after a quiet interval, and its first interval
-                                     carries none: a replica that differs learns it within about two
-                                     intervals of steady traffic.
+                                     with an action after a quiet spell of two intervals, and its
+                                     first interval carries none: a replica that differs learns it
+                                     within about two intervals of steady traffic.
               --idle-timeout SECONDS A connection that has not attached and sends no complete frame
                                      (hello, status, sync) for this long, or that holds half a frame
                                      this long, gets error timeout and is closed (default \(D.idleTimeoutSeconds)).

@@ -709,15 +709,15 @@ func describe(_ path: [any CodingKey], tag: String? = nil) -> String {
     var caseTag = tag
     for key in path {
         if key is CaseKey {
+            // The case's members sit in the object that holds its "type": no step of its own.
             caseTag = key.stringValue
-            steps.removeAll()  // members are counted from the case's object
         } else {
             steps.append(escapedStep(key.stringValue))
         }
     }
     let pointer = steps.isEmpty ? nil : "at /" + steps.joined(separator: "/")
     guard let caseTag else { return pointer ?? "at the top level" }
-    let named = "in case \"\(caseTag)\""
+    let named = "in case \"\(ControlCharacters.escaped(caseTag))\""
     return pointer.map { named + ", " + $0 } ?? named
 }
 

@@ -126,11 +126,7 @@ public enum SocketPath {
     }
 
     /// Whether something accepts a connection at `path` (the connection is closed at once).
-    private static func answers(_ path: String) -> Bool {
-        guard let fd = try? UnixSocket.connect(to: path) else { return false }
-        UnixSocket.close(fd)
-        return true
-    }
+    private static func answers(_ path: String) -> Bool { UnixSocket.isListening(at: path) }
 
     private static func split(_ resolved: String) -> [String] {
         let parts = resolved.split(separator: ",").map(String.init).filter { !$0.isEmpty }

@@ -210,6 +210,23 @@ public enum UnixSocket {
         }
     }
 
+    /// Whether something listens at `path`, without waiting: a non-blocking `connect`, closed
+    /// at once (nothing is sent). A listener whose queue is full (`EAGAIN`) counts as listening.
+    ///
+    /// - Parameter path: The socket path.
+    /// - Returns: Whether a connection was accepted or queued.
+    public static func isListening(at path: String) -> Bool {
+        guard (try? SocketPath.validate(path)) != nil, let fd = try? makeSocket() else { return false }
+        defer { close(fd) }
+        guard (try? setNonBlocking(fd)) != nil else { return false }
+        let answered = try? withAddress(path) { (address, length) throws(SystemError) -> Bool in
+            var result: Int32
+            repeat { result = Glibc_connect(fd, address, length) } while result != 0 && currentErrno() == EINTR
+            return result == 0 || currentErrno() == EAGAIN || currentErrno() == EINPROGRESS
+        }
+        return answered ?? false
+    }
+
     /// Accepts one pending connection on a non-blocking listener.
     ///
     /// - Parameter listener: The listening descriptor.

@@ -130,7 +130,10 @@ private struct CanonicalEditReader {
         cursor += 1  // the closing quote
         guard end > start else { return .root }
         guard bytes[start] == UInt8(ascii: "/") else { return nil }
+        var slashes = 0
+        for index in start..<end where bytes[index] == UInt8(ascii: "/") { slashes += 1 }
         var tokens: [String] = []
+        tokens.reserveCapacity(slashes)
         var tokenStart = start + 1
         for index in (start + 1)..<end where bytes[index] == UInt8(ascii: "/") {
             tokens.append(String(decoding: UnsafeRawBufferPointer(rebasing: bytes[tokenStart..<index]), as: UTF8.self))

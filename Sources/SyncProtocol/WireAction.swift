@@ -26,7 +26,9 @@ public struct WireAction: Sendable, Equatable {
     public var json: JSON {
         switch storage {
         case .tree(let json): json
-        case .canonical(let bytes): (try? JSON(parsing: bytes)) ?? .null
+        // Canonical bytes are valid JSON; only a nesting deeper than any frame carries can fail
+        // the default limit, so the parse is retried without it before giving up.
+        case .canonical(let bytes): (try? JSON(parsing: bytes)) ?? (try? JSON(parsing: bytes, maxDepth: Int.max)) ?? .string(String(decoding: bytes, as: UTF8.self))
         }
     }
 

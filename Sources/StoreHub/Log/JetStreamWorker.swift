@@ -249,8 +249,8 @@ extension JetStreamLog {
         /// The hub seq of the next record the consumer must deliver.
         var next: UInt64
         /// The chain check: the hash (``Digest/fnv1a64(_:)`` of the stored bytes, in hex) of
-        /// the record at hub seq `next - 1` as this hub applied it (`nil` when it started from
-        /// the hub started and has read nothing since). Every proposal carries the hash of the record
+        /// the record at hub seq `next - 1` as this hub applied it (`nil` until the worker has
+        /// read a record since it started: only bytes read from the stream are hashed). Every proposal carries the hash of the record
         /// it follows as `StoreSync-Prev`; a delivered record whose `StoreSync-Prev` differs
         /// was proposed on another history at `next - 1`, and the stream's leader decides which
         /// (see ``chainBroken(_:)``). So does a check every ``chainCheckInterval``: a NATS
@@ -260,7 +260,7 @@ extension JetStreamLog {
         var lastChainCheck = ContinuousClock.now
         /// How often the record at `next - 1` is compared with the stream leader's copy.
         static let chainCheckInterval: Duration = .seconds(2)
-        /// The seq and origin of the last chain break already reported (one warning each).
+        /// The seq of the last record whose proposer forked, already reported (one warning each).
         var reportedFork: UInt64?
         var pending: [Pending] = []
         /// The hub epoch whose proposals are being dropped (see `handle(.propose)`).
@@ -278,6 +278,9 @@ extension JetStreamLog {
         /// which a 2.9 cluster that lost a node can take minutes to elect while the stream
         /// itself works. A consumer is tried again every 5 s.
         var polling = false
+        /// The worker found the hub's history broken (``halt()``): it sends nothing more,
+        /// never reconnects, and waits for the hub to stop it.
+        var halted = false
         var lastConsumerAttempt = ContinuousClock.now
         /// The last proposal sent (a proposal right after it is pipelined on it).
         var lastProposal: (seq: UInt64, id: String)?
@@ -464,6 +467,10 @@ extension JetStreamLog {
                     break
                 }
                 flushToHub()
+                if halted {
+                    wait(milliseconds: 200)
+                    continue
+                }
                 if connection == nil {
                     reconnect()
                     flushToHub()
@@ -573,6 +580,13 @@ extension JetStreamLog {
         // MARK: Commands
 
         private func handle(_ command: Command) {
+            if halted {
+                // Nothing built on a broken history goes out; a waiting lease is answered.
+                if case .lease(_, _, .waiter) = command {
+                    worker.finishLease(.failure(StorageError("the shared log stopped: this hub's history is broken")))
+                }
+                return
+            }
             switch command {
             case .propose(let records, let expectingLast, let epoch):
                 // Proposed before the hub read records this worker has already delivered (the
@@ -767,7 +781,7 @@ extension JetStreamLog {
             guard let claimed = message.headers?[Self.previousHeader], let mine = lastReadHash, claimed != mine, next >= 1 else {
                 return false
             }
-            guard let stream = streamHash(ofSeq: next - 1) else { return true }
+            guard let stream = streamHash(ofSeq: next - 1, dropLinkOnError: true) else { return true }
             if stream == mine {
                 if reportedFork != next {
                     reportedFork = next
@@ -780,21 +794,26 @@ extension JetStreamLog {
         }
 
         /// The chain hash of the stream leader's copy of hub seq `seq` (`MSG.GET`, answered by
-        /// the leader), or `nil` when it cannot be read now (the link is then dropped and the
-        /// worker reads again from `next` once it is back).
-        private func streamHash(ofSeq seq: UInt64) -> String? {
+        /// the leader). When there is nothing to compare with (trimmed, or an answer without
+        /// data), this hub's own hash (no verdict). When NATS cannot answer now: `nil`, and with
+        /// `dropLinkOnError` the link is dropped first (the worker then reads again from
+        /// `next` once it is back); without, nothing changes (the periodic check skips a round
+        /// during an election instead of taking an idle hub off line).
+        private func streamHash(ofSeq seq: UInt64, dropLinkOnError: Bool) -> String? {
             guard let connection else { return nil }
             do throws(NATSError) {
                 let answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(seq + 1)])
                 guard let data = answer["message"]?["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) else {
-                    return nil
+                    return lastReadHash
                 }
                 return Self.chainHash([UInt8](data))
             } catch where error.kind == .api(code: 404, errCode: 10037) {
                 // Trimmed (or never written): nothing to compare with.
                 return lastReadHash
             } catch {
-                lost("cannot read seq \(seq) back from the stream to check it: \(error.message)")
+                if dropLinkOnError {
+                    lost("cannot read seq \(seq) back from the stream to check it: \(error.message)")
+                }
                 return nil
             }
         }
@@ -803,7 +822,8 @@ extension JetStreamLog {
         /// ``chainCheckInterval``): a hub whose history the stream no longer holds stops even
         /// when no other hub writes.
         private func checkChain() {
-            guard let mine = lastReadHash, next >= 2, !polling, held.isEmpty, let stream = streamHash(ofSeq: next - 1) else { return }
+            guard let mine = lastReadHash, next >= 2, !polling, held.isEmpty,
+                  let stream = streamHash(ofSeq: next - 1, dropLinkOnError: false) else { return }
             if stream != mine { diverged(at: next - 1, streamHash: stream) }
         }
 
@@ -811,11 +831,9 @@ extension JetStreamLog {
         /// snapshots, which may hold that record's effect, are discarded), so that a restart
         /// reads the stream's history and its replicas re-hydrate.
         private func diverged(at seq: UInt64, streamHash: String) {
-            connection?.close()
-            connection = nil
-            consumerSID = 0
-            facts.connected = false
-            var error = StorageError("the stream \(names.stream) now holds another record at action seq \(seq) than the one this hub applied (hash \(lastReadHash ?? "?"), the stream's \(streamHash)): NATS lost or replaced an acknowledged action, or delivered one it never committed, around a server failure. The hub stops rather than serve a history the stream and the other hubs do not have, and discards its local snapshots; restart it and it rebuilds from the stream (its replicas re-hydrate). See docs/OPERATIONS.md, \"Across hosts\"", isDataProblem: false)
+            let applied = lastReadHash ?? "?"
+            halt()
+            var error = StorageError("the stream \(names.stream) now holds another record at action seq \(seq) than the one this hub applied (hash \(applied), the stream's \(streamHash)): NATS lost or replaced an acknowledged action, or delivered one it never committed, around a server failure. The hub stops rather than serve a history the stream and the other hubs do not have, and discards its local snapshots; restart it and it rebuilds from the stream (its replicas re-hydrate). See docs/OPERATIONS.md, \"Across hosts\"", isDataProblem: false)
             error.discardsLocalSnapshots = true
             emit([.broken(error)])
         }
@@ -965,12 +983,23 @@ extension JetStreamLog {
             return now - suspicion.since >= .seconds(10)
         }
 
-        /// The stream was deleted under the hub: nothing it holds can be trusted to go on.
-        private func streamGone() {
+        /// Stops the worker for good: the link is closed, what was in flight or held is dropped
+        /// (nothing built on a broken history is sent again), and it never reconnects.
+        private func halt() {
+            halted = true
             connection?.close()
             connection = nil
             consumerSID = 0
+            pending.removeAll()
+            held.removeAll()
+            lastProposal = nil
             facts.connected = false
+            publishFacts()
+        }
+
+        /// The stream was deleted under the hub: nothing it holds can be trusted to go on.
+        private func streamGone() {
+            halt()
             emit([.broken(StorageError("the stream \(names.stream) no longer exists on NATS (it was deleted); the hub stops rather than start a new history under its replicas. Restore the stream, or start the hubs on a new one"))])
         }
 
@@ -979,7 +1008,14 @@ extension JetStreamLog {
             guard !held.isEmpty, pending.first?.acknowledged ?? true else { return }
             let messages = held
             held.removeAll()
-            for message in messages { delivered(message) }
+            let consumer = consumerSID
+            for message in messages {
+                // Delivering one may drop the link, restart the consumer (which delivers again
+                // from `next`) or hold the rest again: the others are then not this stream's
+                // order any more.
+                guard connection != nil, !halted, consumerSID == consumer, held.isEmpty else { return }
+                delivered(message)
+            }
         }
 
         /// Drops what was read from `next` on and reads it again from the stream (with a new

@@ -145,10 +145,10 @@ final class Sequencer {
         if let interval = checkpointInterval {
             // While actions flow, the first action once the interval has passed carries a
             // checkpoint: a replica that differs finds out within about an interval. A flow
-            // starts with an action after a quiet interval, and its first interval carries
-            // none: a few dispatches at a time are never followed by a checkpoint.
+            // starts with an action after a quiet spell of two intervals, and its first
+            // interval carries none: a few dispatches at a time are never followed by one.
             let now = ContinuousClock.now
-            if now - lastDispatchAt >= interval {
+            if now - lastDispatchAt >= interval * 2 {
                 lastCheckpointAt = now
             } else if now - lastCheckpointAt >= interval {
                 proposer.checkpointDue = true
@@ -244,7 +244,10 @@ final class Sequencer {
             }
         }
         applier.releaseFrames()
-        if proposer.inFlightCount == 0, gate.isOpen, applier.seq - lastSnapshotSeq >= snapshotEvery { writeSnapshot() }
+        // Never in a pass that found the log broken: the state may hold what the log no longer has.
+        if result.broken == nil, proposer.inFlightCount == 0, gate.isOpen, applier.seq - lastSnapshotSeq >= snapshotEvery {
+            writeSnapshot()
+        }
         if gate.probeIfDue(now: now, { log.probe() }) {
             note("hubd: the log can be written again; accepting dispatches")
             result.becameAvailable = true
