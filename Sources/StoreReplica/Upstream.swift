@@ -19,7 +19,9 @@ import Synchronization
 /// call, no thread hand-off, so an isolated dispatch is as fast as a direct write. Whatever
 /// the socket does not take at once, and every frame sent while a write is in progress, is
 /// queued; a writer thread owned by this object drains the queue with blocking writes, as
-/// many frames per `write` as are queued.
+/// many frames per `write` as are queued. A send within ``burstGapNanoseconds`` of the end of
+/// the previous direct write (a burst: a window of dispatches freed at once) is queued too,
+/// so the rest of a burst leaves in one `write` instead of one each.
 ///
 /// Backpressure: past ``maxQueuedBytes`` of backlog, a sender that may wait (`mayWait`) waits
 /// until the writer has caught up. The store's terminal may not: it sends while holding the
@@ -57,6 +59,20 @@ final class Upstream: Sendable {
         var waitingForRoom = 0
         /// This side asked to close (``closeLocally()``), as opposed to the hub going away.
         var closedLocally = false
+        /// When the last direct write ended (monotonic nanoseconds): a send soon after it is
+        /// part of a burst, and goes to the writer thread with the rest of the burst.
+        var lastDirectEnd: UInt64 = 0
+    }
+
+    /// Sends closer than this to the end of the previous direct write are a burst: the
+    /// first is written at once, the rest are handed to the writer thread, which writes them
+    /// together (one system call for many dispatches; an isolated dispatch never waits).
+    static let burstGapNanoseconds: UInt64 = 5_000
+
+    private static func monotonicNow() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) &* 1_000_000_000 &+ UInt64(now.tv_nsec)
     }
 
     init(fd: Int32, maxPayloadBytes: Int, maxQueuedBytes: Int = 8 << 20) {
@@ -130,9 +146,10 @@ final class Upstream: Sendable {
     /// Sends an encoded frame; returns `nil`, or why the connection cannot take writes.
     private func sendFrame(_ frame: [UInt8], mayWait: Bool) -> String? {
         enum Plan { case failed(String), direct, queued(wake: Bool, wait: Bool) }
+        let now = Self.monotonicNow()
         let plan = state.withLock { state -> Plan in
             if let failure = state.failure { return .failed(failure) }
-            if !state.busy && state.pending.isEmpty {
+            if !state.busy && state.pending.isEmpty && now &- state.lastDirectEnd > Self.burstGapNanoseconds {
                 state.busy = true
                 state.senderWriting = true
                 return .direct
@@ -164,8 +181,10 @@ final class Upstream: Sendable {
                     }
                 }
             }
+            let end = Self.monotonicNow()
             let handOff = state.withLock { state -> Bool in
                 state.senderWriting = false
+                state.lastDirectEnd = end
                 if let failure, state.failure == nil { state.failure = failure }
                 if state.failure != nil {
                     state.pending.removeAll()
