@@ -195,7 +195,7 @@ public enum UnixSocket {
                     }
                     switch code {
                     case ENOENT, ECONNREFUSED:
-                        throw SystemError("no hub is listening at \(path) (\(SystemError.describe(errno: code).lowercased())); start one with `swift run hubd` (or `hubd --socket \(path)`), or point --socket / $\(SocketPath.environmentVariable) at a running hub", errno: code)
+                        throw SystemError("no hub is listening at \(path) (\(SystemError.describe(errno: code).lowercased())); start one with \(SocketPath.startHint(for: path)), or point --socket / $\(SocketPath.environmentVariable) at a running hub", errno: code)
                     case EACCES:
                         throw SystemError("permission denied connecting to \(path); the hub's socket is private to the user who started it", errno: code)
                     default:
