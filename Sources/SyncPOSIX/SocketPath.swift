@@ -97,14 +97,14 @@ public enum SocketPath {
 
     /// How to start a hub on `path`, for messages: an app's default socket names its app
     /// (`` `swift run hubd --app todos` ``; the counter is hubd's default app), any other path
-    /// `` `hubd --socket PATH` ``.
+    /// `` `swift run hubd` (or `hubd --socket PATH`) ``.
     ///
     /// - Parameter path: The socket path a client tried.
     /// - Returns: The hint, in backquotes.
     public static func startHint(for path: String) -> String {
         let name = String(path.dropFirst(parent(of: path).count + 1))
         guard parent(of: path) == defaultDirectory(), name.hasSuffix(".sock"), name.count > 5 else {
-            return "`hubd --socket \(path)`"
+            return "`swift run hubd` (or `hubd --socket \(path)`)"
         }
         let app = String(name.dropLast(5))
         return app == "counter" ? "`swift run hubd`" : "`swift run hubd --app \(app)` (or your app's own hub)"
