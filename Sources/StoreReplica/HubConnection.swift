@@ -120,6 +120,21 @@ public final class HubConnection {
     /// - Returns: The message.
     /// - Throws: ``ReplicaError`` when the hub closes, times out, or sends something malformed.
     public func receive(timeoutMilliseconds: Int32 = 10_000) throws(ReplicaError) -> HubMessage {
+        while true {
+            let json = try receiveJSON(timeoutMilliseconds: timeoutMilliseconds)
+            let message: HubMessage
+            do { message = try HubMessage(json: json) } catch { throw .protocolViolation(error.message) }
+            if case .unknown = message { continue }
+            return message
+        }
+    }
+
+    /// Waits for the next message from the hub, as JSON (any type, known or not).
+    ///
+    /// - Parameter timeoutMilliseconds: The longest wait (-1: forever).
+    /// - Returns: The message's JSON.
+    /// - Throws: ``ReplicaError`` when the hub closes, times out, or sends something that is not JSON.
+    public func receiveJSON(timeoutMilliseconds: Int32 = 10_000) throws(ReplicaError) -> JSON {
         var buffer = [UInt8](repeating: 0, count: 64 << 10)
         while true {
             let frame: [UInt8]?
@@ -129,12 +144,7 @@ public final class HubConnection {
                 throw .protocolViolation(error.description)
             }
             if let frame {
-                let json: JSON
-                do { json = try JSON(parsing: frame) } catch { throw .protocolViolation(error.description) }
-                let message: HubMessage
-                do { message = try HubMessage(json: json) } catch { throw .protocolViolation(error.message) }
-                if case .unknown = message { continue }
-                return message
+                do { return try JSON(parsing: frame) } catch { throw .protocolViolation(error.description) }
             }
             guard UnixSocket.waitUntil(fd, timeoutMilliseconds: timeoutMilliseconds) else {
                 throw .disconnected("no answer from the hub at \(path) within \(timeoutMilliseconds) ms; is it a StoreSync hub?")
@@ -163,6 +173,58 @@ public final class HubConnection {
         case .status(let status): return status
         case .error(let error): throw .hub(error)
         default: throw .protocolViolation("expected a status message")
+        }
+    }
+
+    /// One page of a `history` reply: the actions `from`…`to` in order, and the hub's seq.
+    public struct HistoryPage: Sendable {
+        /// The first seq asked for.
+        public var from: UInt64
+        /// The last seq this page holds (`from - 1` when it holds none); ask again from `to + 1`.
+        public var to: UInt64
+        /// The hub's seq when it answered.
+        public var seq: UInt64
+        /// The actions, as `HubMessage.action` values, in seq order.
+        public var actions: [HubMessage]
+    }
+
+    /// Asks the hub for the sequenced actions `from`…`to` still in its resume window (one
+    /// page: at most 4,096 actions or 1 MiB; ask again from the page's `to + 1`).
+    ///
+    /// - Parameters:
+    ///   - from: The first seq (≥ 1).
+    ///   - to: The last seq, or `nil` for up to the hub's seq.
+    /// - Returns: The page.
+    /// - Throws: ``ReplicaError/hub(_:)`` with `history-unavailable` when the hub no longer keeps
+    ///   `from` or has not sequenced it (the connection goes on), or with `unknown-type` from a
+    ///   hub too old to know `history` (it then closes the connection).
+    public func history(from: UInt64, to: UInt64? = nil) throws(ReplicaError) -> HistoryPage {
+        try send(.history(from: from, to: to, id: nil))
+        while true {
+            let json = try receiveJSON()
+            switch json["type"]?.stringValue {
+            case "history":
+                if let error = json["error"] {
+                    let code = error["code"]?.stringValue ?? ErrorCode.historyUnavailable.rawValue
+                    throw .hub(WireError(rawCode: code, message: error["message"]?.stringValue ?? "the hub cannot answer history"))
+                }
+                guard let last = json["to"]?.intValue, let seq = json["seq"]?.intValue, let items = json["actions"]?.arrayValue else {
+                    throw .protocolViolation("a history reply without to, seq or actions")
+                }
+                var actions: [HubMessage] = []
+                for item in items {
+                    guard let message = try? HubMessage(json: item), case .action = message else {
+                        throw .protocolViolation("a history reply holds something other than an action: \(item.canonicalString.prefix(200))")
+                    }
+                    actions.append(message)
+                }
+                return HistoryPage(from: from, to: UInt64(max(0, last)), seq: UInt64(max(0, seq)), actions: actions)
+            case "error":
+                if case .error(let error)? = try? HubMessage(json: json) { throw .hub(error) }
+                throw .protocolViolation("a malformed error message")
+            default:
+                continue  // another kind of message (an action, a checkpoint): not the answer
+            }
         }
     }
 

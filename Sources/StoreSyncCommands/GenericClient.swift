@@ -99,14 +99,42 @@ enum GenericClient {
             if argument == "--from" { from = number } else { to = number }
         }
         guard let from else { fail("history needs --from SEQ (and optionally --to SEQ)", status: 2) }
-        let status = try connection.status()
-        let last = to ?? status.seq
-        guard from <= last else { fail("history --from \(from) is after --to \(last)", status: 2) }
-        guard last <= status.seq else { fail("the hub is at seq \(status.seq); --to \(last) is not sequenced yet") }
-        try replay(over: connection, status: status, from: from, through: last, fingerprint: nil, name: options.name,
-                   older: "the hub no longer holds seq \(from) in its resume window (it holds at least the last 10000 actions, more within --backlog-bytes); for older actions read its data directory with hubd --export DIR") { seq, origin, id, action in
+        if let to, from > to { fail("history --from \(from) is after --to \(to)", status: 2) }
+        func printAction(_ seq: UInt64, _ origin: Int, _ id: DispatchID, _ action: JSON) {
             Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
         }
+        let status = try connection.status()
+        let end = to ?? status.seq
+        guard from <= end else { fail("history --from \(from) is after --to \(end) (the hub is at seq \(status.seq))", status: 2) }
+        guard end <= status.seq else { fail("the hub is at seq \(status.seq); --to \(end) is not sequenced yet") }
+        // The `history` request (PROTOCOL.md §3), page by page, without attaching.
+        var next = from
+        do throws(ReplicaError) {
+            while true {
+                let page = try connection.history(from: next, to: end)
+                for case .action(let seq, let origin, let id, let action) in page.actions { printAction(seq, origin, id, action) }
+                guard page.to < end, page.to >= next else { return }
+                next = page.to + 1
+            }
+        } catch .hub(let error) where error.code == .historyUnavailable {
+            fail(error.message)
+        } catch .hub(let error) where error.code == .unknownType && next == from {
+            // A hub older than the history request: read its resume window instead.
+            let fresh = try HubConnection(path: connection.path)
+            defer { fresh.close() }
+            try legacyHistory(over: fresh, from: from, to: to, name: options.name, each: printAction)
+        }
+    }
+
+    /// ``history(over:options:)`` for a hub that does not know the `history` request: a
+    /// `hello` resuming at `from` − 1, then the replayed actions.
+    private static func legacyHistory(over connection: HubConnection, from: UInt64, to: UInt64?, name: String?,
+                                      each: (UInt64, Int, DispatchID, JSON) -> Void) throws(ReplicaError) {
+        let status = try connection.status()
+        let last = to ?? status.seq
+        guard last <= status.seq else { fail("the hub is at seq \(status.seq); --to \(last) is not sequenced yet") }
+        try replay(over: connection, status: status, from: from, through: last, fingerprint: nil, name: name,
+                   older: "the hub no longer holds seq \(from) in its resume window (it holds at least the last 10000 actions, more within --backlog-bytes); for older actions read its data directory with hubd --export DIR", each: each)
     }
 
     /// Reads the actions `from`…`last` from the hub's resume window: a `hello` resuming at

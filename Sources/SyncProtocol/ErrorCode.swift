@@ -46,6 +46,9 @@ public enum ErrorCode: String, Sendable, CaseIterable, CustomStringConvertible {
     /// The connecting process's user may not use this hub (peer credentials: only the hub's
     /// own user, root, and the users or group the operator admitted).
     case forbidden = "forbidden"
+    /// A `history` request names actions the hub no longer keeps (they left its resume
+    /// window) or has not sequenced; the connection goes on.
+    case historyUnavailable = "history-unavailable"
 
     /// The wire string, e.g. `bad-frame`.
     public var description: String { rawValue }

@@ -111,6 +111,10 @@ public enum ClientMessage: Sendable, Equatable {
     /// A barrier: `{"type":"sync"}` or `{"type":"sync","id":…}`. The hub answers
     /// ``HubMessage/synced(seq:id:)`` in order with everything it sends this connection, at O(1) cost.
     case sync(id: DispatchID?)
+    /// Ask for the sequenced actions `from`…`to` (inclusive; `to` absent: up to the hub's seq)
+    /// still in the hub's resume window: `{"type":"history","from":A,"to":B,"id":…}`. Answered in
+    /// order, attached or not, with a `history` reply holding at most one page of them.
+    case history(from: UInt64, to: UInt64?, id: DispatchID?)
 
     /// Reads a client message, checking every member it needs.
     ///
@@ -179,8 +183,27 @@ public enum ClientMessage: Sendable, Equatable {
                 throw WireError(.badFrame, "sync member \"id\" must be a string or an integer within ±(2^53 − 1)")
             }
             self = .sync(id: id)
+        case "history":
+            guard let from = members["from"]?.intValue, from >= 1 else {
+                throw WireError(.badFrame, "history needs an integer member \"from\" ≥ 1, the first seq wanted")
+            }
+            var to: UInt64?
+            if let raw = members["to"], !raw.isNull {
+                guard let value = raw.intValue, value >= from else {
+                    throw WireError(.badFrame, "history member \"to\" must be an integer ≥ \"from\" (or absent: up to the hub's seq)")
+                }
+                to = UInt64(value)
+            }
+            var id: DispatchID?
+            if let raw = members["id"], !raw.isNull {
+                guard let value = DispatchID(json: raw) else {
+                    throw WireError(.badFrame, "history member \"id\" must be a string or an integer within ±(2^53 − 1)")
+                }
+                id = value
+            }
+            self = .history(from: UInt64(from), to: to, id: id)
         default:
-            throw WireError(.unknownType, "unknown message type \"\(type)\"; a client sends hello, dispatch, status or sync")
+            throw WireError(.unknownType, "unknown message type \"\(type)\"; a client sends hello, dispatch, status, sync or history")
         }
     }
 
@@ -209,6 +232,11 @@ public enum ClientMessage: Sendable, Equatable {
         case .sync(let id):
             guard let id else { return ["type": "sync"] }
             return ["type": "sync", "id": id.json]
+        case .history(let from, let to, let id):
+            var members: [JSONKey: JSON] = ["type": "history", "from": JSON(from)]
+            if let to { members["to"] = JSON(to) }
+            if let id { members["id"] = id.json }
+            return .object(members)
         }
     }
 }

@@ -854,6 +854,55 @@ extension MultiProcessTests {
             _ = try await hub.waitForExit()
         }
 
+        @Test("the history request: attached or not, the actions A…B as broadcast, in pages; refusals keep the connection; malformed is bad-frame")
+        func historyRequest() async throws {
+            let hub = try InProcessHub(JSONApp())
+            defer { Task { try? await hub.stop() } }
+            let writer = try RawClient(path: hub.fixture.socket)
+            defer { writer.close() }
+            try writer.send(["type": "hello", "protocol": 1, "app": "json"])
+            _ = try writer.receive()
+            let total = 5_000
+            var burst: [UInt8] = []
+            for n in 1...total {
+                burst += try Frame.encode(["type": "dispatch", "id": JSON(n), "action": ["type": "set", "path": "/n", "value": JSON(n)]])
+            }
+            try writer.sendBytes(burst)
+            var broadcast: [Int: JSON] = [:]
+            while broadcast.count < total {
+                let message = try writer.receive()
+                if message["type"] == "action", let seq = message["seq"]?.intValue { broadcast[seq] = message }
+            }
+            // An observer (no hello) asks for 2…3, with an id: exactly the broadcast objects.
+            let observer = try RawClient(path: hub.fixture.socket)
+            defer { observer.close() }
+            try observer.send(["type": "history", "from": 2, "to": 3, "id": "h1"])
+            let small = try observer.receive()
+            #expect(small["type"] == "history" && small["id"] == "h1" && small["from"] == 2 && small["to"] == 3 && small["seq"] == JSON(total), "\(small)")
+            #expect(small["actions"]?.arrayValue == [broadcast[2] ?? .null, broadcast[3] ?? .null])
+            // Without "to": up to the hub's seq, one page at most (4 096 actions); the next page follows.
+            try observer.send(["type": "history", "from": 1])
+            let first = try observer.receive()
+            #expect(first["to"] == 4_096 && first["actions"]?.arrayValue?.count == 4_096, "\(String(describing: first["to"]))")
+            try observer.send(["type": "history", "from": 4_097])
+            let second = try observer.receive()
+            #expect(second["to"] == JSON(total) && second["actions"]?.arrayValue?.count == total - 4_096)
+            #expect(second["actions"]?.arrayValue?.last == broadcast[total])
+            // Not sequenced yet: refused, and the connection goes on.
+            try observer.send(["type": "history", "from": JSON(total + 1)])
+            let refused = try observer.receive()
+            #expect(refused["type"] == "history" && refused["error"]?["code"] == "history-unavailable", "\(refused)")
+            try observer.send(["type": "status"])
+            #expect(try observer.receive()["type"] == "status")
+            // An attached replica may ask too; malformed requests are bad-frame (and close).
+            try writer.send(["type": "history", "from": JSON(total), "to": JSON(total)])
+            let mine = try writer.receive()
+            #expect(mine["type"] == "history" && mine["actions"]?.arrayValue == [broadcast[total] ?? .null], "\(mine)")
+            try observer.send(["type": "history", "from": 0])
+            let bad = try observer.receive()
+            #expect(bad["type"] == "error" && bad["error"]?["code"] == "bad-frame", "\(bad)")
+        }
+
         @Test("time travel: replica-cli state --at SEQ from the hub's window, hubd --export DIR --at SEQ from the data directory")
         func stateAt() async throws {
             let fixture = try Fixture()

@@ -397,6 +397,8 @@ final class HubLoop {
             submit(connection, .status)
         case .sync(let id):
             submit(connection, .sync(id: id))
+        case .history(let from, let to, let id):
+            submit(connection, .history(from: from, to: to, id: id))
         case .dispatch(let id, let action):
             submit(connection, .dispatch(id: id, action: action))
         case .reject(let id, let error):
@@ -452,6 +454,9 @@ final class HubLoop {
         case .welcome(let replica, let resume):
             if let resume, sequencer.canResume(after: resume.seq) { return .resumed(replica: replica, seq: resume.seq) }
             return .full(replica: replica, snapshot: sequencer.appliedSnapshot())
+        case .history(let from, let to, let id):
+            // Only applied actions are kept: it can be answered now, from them.
+            return .history(from: from, to: to, id: id)
         case .refused, .sync, .end:
             return nil
         }
@@ -488,6 +493,9 @@ final class HubLoop {
             return (.status(sequencer.speculativeSnapshot()), proposed, false)
         case .sync(let id):
             return (.synced(id, proposed), proposed, false)
+        case .history(let from, let to, let id):
+            // After every action judged before it: those are in the backlog when it is built.
+            return (.history(from: from, to: to, id: id), proposed, false)
         case .welcome(let replica, let resume):
             // Resumed only from this very history (the protocol checked), never from the
             // future, and only while the backlog still holds every action after it.
@@ -518,6 +526,8 @@ final class HubLoop {
             send(.duplicate(id: id, seq: seq), to: connection, after: gate)
         case .synced(let id, let seq):
             send(.synced(seq: seq, id: id), to: connection, after: gate)
+        case .history(let from, let to, let id):
+            connection.output.queue(historyReply(from: from, to: to, id: id, upTo: min(seq, backlog.lastSeq)), after: gate)
         case .status(let snapshot):
             send(.status(statusMessage(snapshot)), to: connection, after: gate)
         case .resumed(let replica, let seq):
@@ -654,6 +664,67 @@ final class HubLoop {
             // practice: such text arrived in a frame of at most --max-frame-bytes).
             configuration.log("hubd: cannot frame a \(message.typeName) message for \(connection.label): \(error.description)")
         }
+    }
+
+    /// The most actions one `history` reply carries, and the most bytes of them (a page: the
+    /// client asks again from the next seq).
+    static let historyPageActions = 4_096
+    static let historyPageBytes = 1 << 20
+
+    /// A framed `history` reply: the actions `from`…`to` (at most up to `seq`, the last one
+    /// applied before the request), as their `action` messages from the backlog, one page at
+    /// most; or the refusal when they are not all kept.
+    private func historyReply(from: UInt64, to: UInt64?, id: DispatchID?, upTo seq: UInt64) -> [UInt8] {
+        var head: [UInt8] = Array(#"{"type":"history","from":"#.utf8)
+        head += Array(String(from).utf8)
+        if let id {
+            head += Array(#","id":"#.utf8)
+            id.json.writeCanonical(into: &head)
+        }
+        head += Array(#","seq":"#.utf8) + Array(String(seq).utf8)
+        let wanted = min(to ?? seq, seq)
+        let oldest = backlog.count > 0 ? backlog.lastSeq - UInt64(backlog.count) + 1 : seq + 1
+        func refusal(_ message: String) -> [UInt8] {
+            var payload = head + Array(#","to":"#.utf8) + Array(String(to ?? seq).utf8) + Array(#","error":"#.utf8)
+            JSON.object(["code": .string(ErrorCode.historyUnavailable.rawValue), "message": .string(message)]).writeCanonical(into: &payload)
+            payload.append(UInt8(ascii: "}"))
+            return Self.framed(payload)
+        }
+        guard from <= seq, from <= wanted else {
+            return refusal("the hub is at seq \(seq); seq \(from) is not sequenced yet — ask again once it is (sync, or watch the actions)")
+        }
+        guard backlog.count > 0, from >= oldest, let start = backlog.position(after: from - 1) else {
+            return refusal("the hub no longer keeps seq \(from): its resume window holds seq \(oldest)…\(seq) (at least the last \(HubConfiguration.Defaults.retainedActions) actions, more within --backlog-bytes); older actions are in its data directory: hubd --export DIR")
+        }
+        // At most a page is copied out of the backlog, however wide the range asked.
+        let pageEnd = min(wanted, from + UInt64(Self.historyPageActions) - 1)
+        let end = pageEnd >= backlog.lastSeq ? backlog.end : (backlog.position(after: pageEnd) ?? backlog.end)
+        let frames = backlog.copy(from: start, to: end)
+        var actions: [UInt8] = []
+        var last = from - 1
+        var count = 0
+        var offset = 0
+        // The backlog's frames are `action` frames, each maybe followed by its `checkpoint`.
+        while offset + Frame.headerSize <= frames.count, count < Self.historyPageActions, actions.count < Self.historyPageBytes {
+            let length = Int(frames[offset]) << 24 | Int(frames[offset + 1]) << 16 | Int(frames[offset + 2]) << 8 | Int(frames[offset + 3])
+            let payload = frames[(offset + Frame.headerSize)..<min(frames.count, offset + Frame.headerSize + length)]
+            offset += Frame.headerSize + length
+            guard let envelope = payload.withUnsafeBytes({ HubMessage.actionEnvelope($0) }) else { continue }
+            if count > 0 { actions.append(UInt8(ascii: ",")) }
+            actions += payload
+            last = envelope.seq
+            count += 1
+        }
+        var payload = head + Array(#","to":"#.utf8) + Array(String(last).utf8) + Array(#","actions":["#.utf8)
+        payload += actions
+        payload += Array("]}".utf8)
+        return Self.framed(payload)
+    }
+
+    /// A payload with its length header.
+    private static func framed(_ payload: [UInt8]) -> [UInt8] {
+        let length = UInt32(truncatingIfNeeded: payload.count)
+        return [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)] + payload
     }
 
     /// Sends `error` and closes the connection once it is flushed; other clients carry on.

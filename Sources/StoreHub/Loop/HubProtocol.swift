@@ -11,6 +11,9 @@ enum HubDecision: Equatable {
     case status
     /// Answer `synced`, in order with what this connection was sent.
     case sync(id: DispatchID?)
+    /// Answer `history` (the actions `from`…`to` still kept), in order with what this
+    /// connection was sent.
+    case history(from: UInt64, to: UInt64?, id: DispatchID?)
     /// Refuse this dispatch alone (`reject`); the connection goes on.
     case reject(id: DispatchID, WireError)
     /// Send this error, stop reading, flush and close the connection.
@@ -78,6 +81,8 @@ enum HubProtocol {
             return .status
         case .sync(let id):
             return .sync(id: id)
+        case .history(let from, let to, let id):
+            return .history(from: from, to: to, id: id)
         case .hello(let version, let appName, let fingerprint, let name, let resume, let session):
             if case .attached(let replica, _, _) = state {
                 return .fail(WireError(.alreadyAttached, "this connection is already attached as replica \(replica); send hello once"))

@@ -33,6 +33,7 @@ struct RequestPipeline {
         case refused(id: DispatchID, WireError)
         case status
         case sync(id: DispatchID?)
+        case history(from: UInt64, to: UInt64?, id: DispatchID?)
         /// The `welcome` of a `hello` (the connection is already attached as `replica`).
         case welcome(replica: Int, resume: ResumePoint?)
         /// The connection's last request: it ended its input (`nil`), or sent a frame refused
@@ -47,6 +48,8 @@ struct RequestPipeline {
         case reject(DispatchID, WireError)
         case duplicate(DispatchID, UInt64)
         case synced(DispatchID?, UInt64)
+        /// A `history` reply, built from the backlog when it is released.
+        case history(from: UInt64, to: UInt64?, id: DispatchID?)
         case status(Sequencer.Snapshot)
         /// A resumed welcome at this seq.
         case resumed(replica: Int, seq: UInt64)
