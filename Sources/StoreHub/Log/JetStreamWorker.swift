@@ -260,6 +260,18 @@ extension JetStreamLog {
         var lastChainCheck = ContinuousClock.now
         /// How often the record at `next - 1` is compared with the stream leader's copy.
         static let chainCheckInterval: Duration = .seconds(2)
+        /// Until when every record another hub wrote is checked against the stream leader's
+        /// copy before it is applied (`nil`: not now). Set for ``suspectWindow`` after anything
+        /// that shows the cluster was not whole: a reconnection, a consumer started again, a
+        /// proposal in doubt or refused after a server had delivered it. A NATS 2.9 server that
+        /// was a stream leader cut off from the others stores what it is sent before the others
+        /// agree, and a consumer on it can deliver that record after the cluster is whole
+        /// again, as if it were the stream's (seen in the several-hosts test: a hub applied its
+        /// own refused proposal, delivered again as a record of the stream, at a seq the stream
+        /// gave another action).
+        var verifyUntil: ContinuousClock.Instant?
+        /// How long records are checked after such an event.
+        static let suspectWindow: Duration = .seconds(10)
         /// The seq of the last record whose proposer forked, already reported (one warning each).
         var reportedFork: UInt64?
         var pending: [Pending] = []
@@ -406,6 +418,7 @@ extension JetStreamLog {
 
         private func startConsumer() throws(NATSError) {
             guard let connection else { return }
+            suspect()
             if consumerSID != 0 { connection.unsubscribe(consumerSID) }
             held.removeAll()
             let deliver = connection.newInbox()
@@ -420,6 +433,11 @@ extension JetStreamLog {
         }
 
         /// The link is gone: what was in flight is in doubt; reconnect later.
+        /// Checks every record against the stream leader for a while (``verifyUntil``).
+        private func suspect() {
+            verifyUntil = .now + Self.suspectWindow
+        }
+
         func lost(_ reason: String) {
             connection?.close()
             connection = nil
@@ -513,6 +531,7 @@ extension JetStreamLog {
             if let oldest = pending.first(where: { !$0.acknowledged }), now - oldest.sentAt > Self.ackTimeout {
                 if !inDoubt {
                     inDoubt = true
+                    suspect()
                     emit([.inDoubt(from: oldest.record.seq, reason: "no acknowledgement from NATS within 5 s (no quorum?)")])
                     publishFacts()
                 }
@@ -743,6 +762,13 @@ extension JetStreamLog {
                 return
             }
             gapAt = nil
+            if let until = verifyUntil {
+                if ContinuousClock.now >= until {
+                    verifyUntil = nil
+                } else if !leaderHolds(message, atSeq: record.seq) {
+                    return
+                }
+            }
             if chainBroken(message) { return }
             if let first = pending.first, first.record.seq == record.seq {
                 if first.record.origin == record.origin, first.record.id == record.id {
@@ -816,6 +842,29 @@ extension JetStreamLog {
                 }
                 return nil
             }
+        }
+
+        /// Whether the stream leader's copy of hub seq `seq` is the delivered record (its bytes).
+        /// When it is not, or there is none, the delivery is a server's stale copy: the stream
+        /// is read again from `next` (`false`). When NATS cannot answer, the link is dropped and
+        /// the worker reads again from `next` once it is back (`false`).
+        private func leaderHolds(_ message: NATSMessage, atSeq seq: UInt64) -> Bool {
+            guard let connection else { return false }
+            let copy: [UInt8]?
+            do throws(NATSError) {
+                let answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(seq + 1)])
+                copy = answer["message"]?["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }.map { [UInt8]($0) }
+            } catch where error.kind == .api(code: 404, errCode: 10037) {
+                copy = nil
+            } catch {
+                lost("cannot check seq \(seq) with the stream's leader: \(error.message)")
+                return false
+            }
+            guard let copy, copy == message.payload else {
+                readAgain(because: "a NATS server delivered, as seq \(seq), a record the stream's leader \(copy == nil ? "does not hold" : "holds otherwise") (a server that was cut off delivering what the stream never took)")
+                return false
+            }
+            return true
         }
 
         /// Compares the record this hub applied last with the stream leader's copy (every
@@ -1021,6 +1070,7 @@ extension JetStreamLog {
         /// Drops what was read from `next` on and reads it again from the stream (with a new
         /// consumer), when what a server delivered is not what the stream's leader answered.
         private func readAgain(because reason: String) {
+            suspect()
             worker.note("hubd: warning: \(reason); reading the stream again from seq \(next)")
             do throws(NATSError) { try startConsumer() } catch { lost(error.message) }
         }

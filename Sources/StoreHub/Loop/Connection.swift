@@ -56,7 +56,17 @@ enum ConnectionState: Equatable {
 final class Connection {
     let fd: Int32
     var decoder: FrameDecoder
-    var state: ConnectionState = .greeting
+    var state: ConnectionState = .greeting {
+        didSet {
+            isClosing = state.isClosing
+            if case .attached(let replica, _, _) = state { attachedReplica = replica } else { attachedReplica = nil }
+        }
+    }
+    /// `state.isClosing`, kept as a plain flag: the per-frame and per-pass paths read it
+    /// without copying the state (an enum holding strings).
+    private(set) var isClosing = false
+    /// The replica id while `state` is `attached`, else `nil` (read per dispatch, as above).
+    private(set) var attachedReplica: Int?
     /// Who connected (`SO_PEERCRED` / `getpeereid`).
     let peer: PeerCredentials
     /// The client closed (or half-closed) its side; frames already buffered are still handled.

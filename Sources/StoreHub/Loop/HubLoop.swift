@@ -100,7 +100,7 @@ final class HubLoop {
             let judging = sequencer.isJudging
             for connection in connections.values {
                 var events: Int16 = 0
-                if connection.state.isClosing {
+                if connection.isClosing {
                     timers = true
                 } else if connection.ending {
                     // Waiting for its last answers: nothing more is read from it.
@@ -128,7 +128,7 @@ final class HubLoop {
                 pollSet.append(pollfd(fd: connection.fd, events: events, revents: 0))
                 order.append(connection)
             }
-            for connection in idle where !connection.state.isClosing {
+            for connection in idle where !connection.isClosing {
                 fail(connection, WireError(.timeout, "no complete hello, status or sync (or half a frame held) for \(configuration.idleTimeout) (--idle-timeout); connect again and send a whole frame"))
             }
             idle.removeAll(keepingCapacity: true)
@@ -146,7 +146,7 @@ final class HubLoop {
             if pollSet[2].revents != 0 { break }
             if pollSet[0].revents != 0 { acceptAll(listener.fd) }
             for (index, connection) in order.enumerated() {
-                guard connections[connection.fd] === connection, !connection.state.isClosing else { continue }
+                guard connections[connection.fd] === connection, !connection.isClosing else { continue }
                 let revents = pollSet[index + fixed].revents
                 if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0, !connection.inputEnded, !connection.ending,
                    pollSet[index + fixed].events & Int16(POLLIN) != 0 {
@@ -208,7 +208,7 @@ final class HubLoop {
             if let voidedFrom = result.voidedFrom { pipeline.void(from: voidedFrom) }
             let before = sequencer.inFlightCount
             if sequencer.isJudging, pipeline.hasUnjudged {
-                pipeline.judgeWaiting(skip: { [connections] connection in connections[connection.fd] !== connection || connection.state.isClosing },
+                pipeline.judgeWaiting(skip: { [connections] connection in connections[connection.fd] !== connection || connection.isClosing },
                                       judge: judge, deliverNow: deliverNow)
             }
             release()
@@ -296,7 +296,7 @@ final class HubLoop {
     /// pipeline once it has; refuses (`unavailable`) those whose deadline passed.
     private func admitWaitingReplicas(now: ContinuousClock.Instant) {
         for connection in connections.values {
-            guard let waiting = connection.awaitingWelcome, !connection.state.isClosing else { continue }
+            guard let waiting = connection.awaitingWelcome, !connection.isClosing else { continue }
             if sequencer.appliedSeq >= waiting.resume.seq {
                 connection.awaitingWelcome = nil
                 submit(connection, .welcome(replica: waiting.replica, resume: waiting.resume))
@@ -350,7 +350,10 @@ final class HubLoop {
             }
         }
         let facts = self.facts
-        while !connection.state.isClosing, connections[connection.fd] === connection {
+        // Read once per batch, and again only after a decision that may change it: a
+        // dispatch never does (a failure closes the connection, which `isClosing` shows).
+        var state = connection.state
+        while !connection.isClosing, connections[connection.fd] === connection {
             guard budget > 0 else {
                 connection.moreFrames = true
                 return
@@ -359,7 +362,6 @@ final class HubLoop {
             let decision: HubDecision?
             do throws(FrameError) {
                 // Zero-copy: the payload is decided on where it lies in the decoder's buffer.
-                let state = connection.state
                 decision = try connection.decoder.decodeNext { payload in HubProtocol.decide(payload, state: state, facts: facts) }
             } catch {
                 switch error {
@@ -377,6 +379,7 @@ final class HubLoop {
                 return
             }
             carryOut(decision, for: connection)
+            if case .dispatch = decision {} else { state = connection.state }
         }
     }
 
@@ -413,7 +416,7 @@ final class HubLoop {
                 // connection was noticed as gone takes the session over.
                 let key = JSONKey(session)
                 if let previous = sessionOwners[key], previous !== connection, connections[previous.fd] === previous,
-                   !previous.state.isClosing {
+                   !previous.isClosing {
                     fail(previous, WireError(.superseded, "another connection attached with this session (\(ControlCharacters.escaped(session))); this one is closed"))
                 }
                 sessionOwners[key] = connection
@@ -447,7 +450,7 @@ final class HubLoop {
         switch request {
         case .dispatch(let id, _):
             // A dispatch the session already has is answered `duplicate` in its turn.
-            guard case .attached = connection.state, sequencer.sequencedSeq(of: id, session: connection.session) == nil else { return nil }
+            guard connection.attachedReplica != nil, sequencer.sequencedSeq(of: id, session: connection.session) == nil else { return nil }
             return .reject(id, WireError(.unavailable, reason))
         case .status:
             return .status(sequencer.appliedSnapshot())
@@ -479,7 +482,7 @@ final class HubLoop {
         case .refused(let id, let error):
             return (.reject(id, error), proposed, false)
         case .dispatch(let id, let action):
-            guard case .attached(let origin, _, _) = connection.state else {
+            guard let origin = connection.attachedReplica else {
                 return (.reject(id, WireError(.notAttached, "the connection is no longer attached")), proposed, false)
             }
             switch sequencer.dispatch(action, id: id, origin: origin, session: connection.session) {
@@ -513,7 +516,7 @@ final class HubLoop {
 
     /// Queues one released answer for its connection.
     private func deliver(_ judgment: RequestPipeline.Judgment, to connection: Connection, after seq: UInt64) {
-        guard connections[connection.fd] === connection, !connection.state.isClosing else { return }
+        guard connections[connection.fd] === connection, !connection.isClosing else { return }
         // Right after the frame of `seq` (the backlog's end when that frame is the newest, or
         // has left the window, which cannot happen within one pass).
         let gate = seq >= backlog.lastSeq ? backlog.end : (backlog.position(after: seq) ?? backlog.end)
@@ -778,7 +781,7 @@ final class HubLoop {
             write(connection)
             guard connections[connection.fd] === connection else { continue }
             let pending = connection.output.countedPending(end: backlog.end)
-            if !connection.state.isClosing, pending > configuration.maxQueuedBytesPerReplica {
+            if !connection.isClosing, pending > configuration.maxQueuedBytesPerReplica {
                 // No more broadcasts; the error follows the frame being written.
                 fallOut(connection, lagBytes: pending)
             }
@@ -832,7 +835,7 @@ final class HubLoop {
     }
 
     private func drop(_ connection: Connection, reason: String) {
-        if connection.state.replica != nil, !connection.state.isClosing {
+        if connection.state.replica != nil, !connection.isClosing {
             configuration.log("hubd: \(connection.label) \(reason)")
         }
         detach(connection)
@@ -855,7 +858,7 @@ final class HubLoop {
             _ = sequencer.pump(now: .now)
             release()
         }
-        for connection in connections.values where !connection.state.isClosing {
+        for connection in connections.values where !connection.isClosing {
             let message = brokenLog == nil
                 ? "the hub is shutting down at seq \(sequencer.appliedSeq); reconnect (with resume) once it is back"
                 : "the hub stopped at seq \(sequencer.appliedSeq) because its log cannot be written safely; reconnect (with resume) once it is restarted"
