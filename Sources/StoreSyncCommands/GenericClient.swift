@@ -86,12 +86,22 @@ enum GenericClient {
     ///   - connection: A connection that has sent nothing yet.
     ///   - options: The command line (`--from`, `--to` in ``Options/arguments``).
     static func history(over connection: HubConnection, options: Options) throws(ReplicaError) {
+        let (from, end) = try historyRange(over: connection, options: options)
+        try actions(over: connection, from: from, through: end, name: options.name) { seq, origin, id, action in
+            Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
+        }
+    }
+
+    /// `--from` and `--to` of `history`, checked against the hub's seq (usage errors exit 2).
+    ///
+    /// - Returns: The first and the last seq.
+    static func historyRange(over connection: HubConnection, options: Options) throws(ReplicaError) -> (UInt64, UInt64) {
         var from: UInt64?
         var to: UInt64?
         var arguments = options.arguments[...]
         while let argument = arguments.popFirst() {
             guard argument == "--from" || argument == "--to" else {
-                fail("history takes --from SEQ and --to SEQ, not \"\(argument)\"", status: 2)
+                fail("history takes --from SEQ, --to SEQ and --diff, not \"\(argument)\"", status: 2)
             }
             guard let text = arguments.popFirst(), let number = UInt64(text), number >= 1 else {
                 fail("history \(argument) needs a seq (a whole number from 1)", status: 2)
@@ -100,41 +110,46 @@ enum GenericClient {
         }
         guard let from else { fail("history needs --from SEQ (and optionally --to SEQ)", status: 2) }
         if let to, from > to { fail("history --from \(from) is after --to \(to)", status: 2) }
-        func printAction(_ seq: UInt64, _ origin: Int, _ id: DispatchID, _ action: JSON) {
-            Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
-        }
         let status = try connection.status()
         let end = to ?? status.seq
         guard from <= end else { fail("history --from \(from) is after --to \(end) (the hub is at seq \(status.seq))", status: 2) }
         guard end <= status.seq else { fail("the hub is at seq \(status.seq); --to \(end) is not sequenced yet") }
-        // The `history` request (PROTOCOL.md §3), page by page, without attaching.
+        return (from, end)
+    }
+
+    /// Reads the sequenced actions `from`…`last` with the `history` request (PROTOCOL.md §3),
+    /// page by page, without attaching; from a hub too old to know it, by resuming at
+    /// `from` − 1 on a new connection. Exits 1 with the hub's reason when they are not kept.
+    ///
+    /// - Parameters:
+    ///   - connection: A connection that has not attached.
+    ///   - from: The first seq (≥ 1).
+    ///   - last: The last seq (sequenced already).
+    ///   - name: The replica's name, for the older hub's log.
+    ///   - older: The message when they are not kept (`nil`: the hub's own).
+    ///   - each: Called with each action's seq, origin, id and JSON, in order.
+    static func actions(over connection: HubConnection, from: UInt64, through last: UInt64, name: String?, older: String? = nil,
+                        each: (UInt64, Int, DispatchID, JSON) -> Void) throws(ReplicaError) {
+        guard from <= last else { return }
         var next = from
         do throws(ReplicaError) {
             while true {
-                let page = try connection.history(from: next, to: end)
-                for case .action(let seq, let origin, let id, let action) in page.actions { printAction(seq, origin, id, action) }
-                guard page.to < end, page.to >= next else { return }
+                let page = try connection.history(from: next, to: last)
+                for case .action(let seq, let origin, let id, let action) in page.actions { each(seq, origin, id, action) }
+                guard page.to < last, page.to >= next else { return }
                 next = page.to + 1
             }
         } catch .hub(let error) where error.code == .historyUnavailable {
-            fail(error.message)
+            fail(older ?? error.message)
         } catch .hub(let error) where error.code == .unknownType && next == from {
             // A hub older than the history request: read its resume window instead.
             let fresh = try HubConnection(path: connection.path)
             defer { fresh.close() }
-            try legacyHistory(over: fresh, from: from, to: to, name: options.name, each: printAction)
+            let status = try fresh.status()
+            try replay(over: fresh, status: status, from: from, through: last, fingerprint: nil, name: name,
+                       older: older ?? "the hub no longer holds seq \(from) in its resume window (it holds at least the last 10000 actions, more within --backlog-bytes); for older actions read its data directory with hubd --export DIR",
+                       each: each)
         }
-    }
-
-    /// ``history(over:options:)`` for a hub that does not know the `history` request: a
-    /// `hello` resuming at `from` − 1, then the replayed actions.
-    private static func legacyHistory(over connection: HubConnection, from: UInt64, to: UInt64?, name: String?,
-                                      each: (UInt64, Int, DispatchID, JSON) -> Void) throws(ReplicaError) {
-        let status = try connection.status()
-        let last = to ?? status.seq
-        guard last <= status.seq else { fail("the hub is at seq \(status.seq); --to \(last) is not sequenced yet") }
-        try replay(over: connection, status: status, from: from, through: last, fingerprint: nil, name: name,
-                   older: "the hub no longer holds seq \(from) in its resume window (it holds at least the last 10000 actions, more within --backlog-bytes); for older actions read its data directory with hubd --export DIR", each: each)
     }
 
     /// Reads the actions `from`…`last` from the hub's resume window: a `hello` resuming at

@@ -70,11 +70,14 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              (add/remove/replace, computed here by the app's reducer).
       status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
                              attached replicas). With --json print the hub's status message.
-      history --from A [--to B]
+      history --from A [--to B] [--diff]
                              Print the sequenced actions A…B (B: the hub's seq by default) as
                              NDJSON lines, as watch does, from the hub's resume window (at
                              least the last 10000 actions); older ones: exit 1 saying so (read
-                             the data directory with hubd --export). Works with any app.
+                             the data directory with hubd --export). Works with any app. With
+                             --diff each line also carries "patch", the RFC 6902 JSON Patch the
+                             action made, from the state before A rebuilt here with the app's
+                             reducer (the app must be built in, and the window reach seq 1).
       top [--count N] [--interval SECONDS]
                              A live view of the hub, refreshed every SECONDS (default 1): seq,
                              actions/s, max lag, digest, storage, and per replica its id, name,
@@ -256,7 +259,17 @@ public enum ReplicaCommand {
                 return
             }
             if command == "history" {
-                try GenericClient.history(over: connection, options: options)
+                guard options.diff else {
+                    try GenericClient.history(over: connection, options: options)
+                    return
+                }
+                // --diff runs the app's reducer: the hub's app must be built in.
+                let hubApp: String
+                if let named = options.app { hubApp = named } else { hubApp = try connection.status().app }
+                guard let known = app(named: hubApp) else {
+                    fail("history --diff runs the app's reducer, and the hub's app \"\(ControlCharacters.escaped(hubApp))\" is not built into \(ReplicaCommand.program); use your app's own CLI (history without --diff works with any hub)", status: 2)
+                }
+                try historyDiff(known, over: connection, options: options)
                 return
             }
             var appName = options.app
@@ -395,21 +408,49 @@ public enum ReplicaCommand {
     static func stateAt<App: SyncApp>(_ seq: UInt64, app: App, over connection: HubConnection, options: Options) throws(ReplicaError) {
         let status = try connection.status()
         guard seq <= status.seq else { fail("the hub is at seq \(status.seq); seq \(seq) is not sequenced yet") }
-        var state = app.initialState
-        if seq > 0 {
-            try GenericClient.replay(over: connection, status: status, from: 1, through: seq, fingerprint: App.fingerprint,
-                                     name: options.name,
-                                     older: "the state at seq \(seq) cannot be rebuilt: the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); with a data directory, hubd --export DIR --at \(seq) rebuilds it from the newest snapshot at or before it") { got, _, _, json in
-                let action: App.Action
-                do throws(AppCodingError) { action = try app.decodeAction(json) } catch {
-                    fail("sequenced action \(got) does not decode here: \(error.message)")
-                }
-                do throws(App.Failure) { try app.reduce(into: &state, action: action) } catch {
-                    fail("sequenced action \(got) is refused by this reducer (\(app.describe(error))): this program's app differs from the hub's")
-                }
-            }
-        }
+        let state = try rebuild(app, through: seq, over: connection, options: options,
+                                older: "the state at seq \(seq) cannot be rebuilt: the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); with a data directory, hubd --export DIR --at \(seq) rebuilds it from the newest snapshot at or before it")
         printState(app.encodeState(state), seq: seq, options: options)
+    }
+
+    /// The state right after `seq`, rebuilt here with the app's reducer from its initial
+    /// state and the actions 1…`seq` of the hub's resume window (the `history` request).
+    static func rebuild<App: SyncApp>(_ app: App, through seq: UInt64, over connection: HubConnection, options: Options,
+                                      older: String) throws(ReplicaError) -> App.State {
+        var state = app.initialState
+        try GenericClient.actions(over: connection, from: 1, through: seq, name: options.name, older: older) { got, _, _, json in
+            apply(app, json, seq: got, to: &state)
+        }
+        return state
+    }
+
+    /// Applies a sequenced action with the app's reducer; one that does not decode or is
+    /// refused here means this program's app differs from the hub's (exit 1).
+    static func apply<App: SyncApp>(_ app: App, _ json: JSON, seq: UInt64, to state: inout App.State) {
+        let action: App.Action
+        do throws(AppCodingError) { action = try app.decodeAction(json) } catch {
+            fail("sequenced action \(seq) does not decode here: \(error.message)")
+        }
+        do throws(App.Failure) { try app.reduce(into: &state, action: action) } catch {
+            fail("sequenced action \(seq) is refused by this reducer (\(app.describe(error))): this program's app differs from the hub's")
+        }
+    }
+
+    /// `history --from A --to B --diff`: each action A…B as `watch --diff` prints it, with the
+    /// JSON Patch it made, from the state before A rebuilt here (the window must reach seq 1).
+    static func historyDiff<App: SyncApp>(_ app: App, over connection: HubConnection, options: Options) throws(ReplicaError) {
+        let (from, end) = try GenericClient.historyRange(over: connection, options: options)
+        var state = try rebuild(app, through: from - 1, over: connection, options: options,
+                                older: "history --diff needs the state before seq \(from), rebuilt from seq 1, and the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); use history without --diff, watch --diff while actions flow, or hubd --export DIR --at \(from - 1) on its data directory")
+        var before = app.encodeState(state)
+        try GenericClient.actions(over: connection, from: from, through: end, name: options.name) { seq, origin, id, json in
+            apply(app, json, seq: seq, to: &state)
+            let after = app.encodeState(state)
+            let line: JSON = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": json,
+                              "patch": .array(JSONPatch.diff(from: before, to: after))]
+            Console.out(line.canonicalString)
+            before = after
+        }
     }
 
     static func printState<App: SyncApp>(_ replica: Replica<App>, options: Options) throws(ReplicaError) {

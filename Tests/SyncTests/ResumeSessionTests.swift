@@ -903,6 +903,24 @@ extension MultiProcessTests {
             #expect(bad["type"] == "error" && bad["error"]?["code"] == "bad-frame", "\(bad)")
         }
 
+        @Test("history --diff: each action A…B with the JSON Patch it made, from the state before A rebuilt here")
+        func historyDiff() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let hub = try await fixture.startHub(app: "json")
+            #expect(try await fixture.runCLI(["dispatch", "set /a 1", "set /a 2", "set /b [1]", "append /b 2"]).out == ["1", "2", "3", "4"])
+            let diff = try await fixture.runCLI(["history", "--from", "2", "--to", "4", "--diff"])
+            #expect(diff.status == 0, "\(diff)")
+            let lines = diff.out.compactMap { try? JSON(parsing: $0) }
+            #expect(lines.map { $0["seq"] } == [2, 3, 4], "\(diff)")
+            #expect(lines.first?["patch"] == [["op": "replace", "path": "/a", "value": 2]], "\(diff)")
+            #expect(lines.dropFirst().first?["patch"] == [["op": "add", "path": "/b", "value": [1]]], "\(diff)")
+            #expect(lines.last?["patch"] == [["op": "add", "path": "/b/1", "value": 2]], "\(diff)")
+            #expect(lines.first?["action"] == ["type": "set", "path": "/a", "value": 2])
+            hub.signal(SIGTERM)
+            _ = try await hub.waitForExit()
+        }
+
         @Test("time travel: replica-cli state --at SEQ from the hub's window, hubd --export DIR --at SEQ from the data directory")
         func stateAt() async throws {
             let fixture = try Fixture()
