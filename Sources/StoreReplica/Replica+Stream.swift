@@ -51,6 +51,9 @@ extension Replica {
     func handleFrames(_ decoder: inout FrameDecoder, resumeSynced: inout Bool) -> ReplicaError? {
         var failure: ReplicaError?
         var deliveries = Deliveries()
+        // About one step per frame of this read (an action frame is ~100 bytes): one
+        // allocation, not a copy each time the array grows.
+        deliveries.steps.reserveCapacity(min(4_096, decoder.bufferedByteCount / 96 + 1))
         store.receiveBatch { apply in
             while failure == nil {
                 do throws(FrameError) {

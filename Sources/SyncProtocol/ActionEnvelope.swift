@@ -56,11 +56,17 @@ extension HubMessage {
     @inline(__always)
     private static func expect(_ literal: StaticString, in payload: UnsafeRawBufferPointer, at cursor: inout Int) -> Bool {
         let count = literal.utf8CodeUnitCount
-        guard payload.count - cursor >= count else { return false }
-        let text = literal.utf8Start
+        guard payload.count - cursor >= count, let base = payload.baseAddress else { return false }
+        let text = UnsafeRawPointer(literal.utf8Start)
+        // Eight bytes at a time, then the rest.
         var index = 0
+        while index + 8 <= count {
+            guard base.loadUnaligned(fromByteOffset: cursor + index, as: UInt64.self)
+                    == text.loadUnaligned(fromByteOffset: index, as: UInt64.self) else { return false }
+            index += 8
+        }
         while index < count {
-            guard payload[cursor + index] == text[index] else { return false }
+            guard payload[cursor + index] == text.load(fromByteOffset: index, as: UInt8.self) else { return false }
             index += 1
         }
         cursor += count

@@ -197,21 +197,21 @@ extension JSONEdit {
     public func writeCanonical(into buffer: inout [UInt8]) {
         switch self {
         case .increment(let path, let by):
-            buffer.append(contentsOf: #"{"by":"#.utf8)
+            _JSONWriter.appendStatic(#"{"by":"#, to: &buffer)
             _JSONWriter.writeNumber(by, into: &buffer)
-            buffer.append(contentsOf: #","path":"#.utf8)
+            _JSONWriter.appendStatic(#","path":"#, to: &buffer)
             Self.writePointer(path, into: &buffer)
-            buffer.append(contentsOf: #","type":"increment"}"#.utf8)
+            _JSONWriter.appendStatic(#","type":"increment"}"#, to: &buffer)
         case .remove(let path):
-            buffer.append(contentsOf: #"{"path":"#.utf8)
+            _JSONWriter.appendStatic(#"{"path":"#, to: &buffer)
             Self.writePointer(path, into: &buffer)
-            buffer.append(contentsOf: #","type":"remove"}"#.utf8)
+            _JSONWriter.appendStatic(#","type":"remove"}"#, to: &buffer)
         case .set(let path, let value), .merge(let path, let value), .append(let path, let value):
-            buffer.append(contentsOf: #"{"path":"#.utf8)
+            _JSONWriter.appendStatic(#"{"path":"#, to: &buffer)
             Self.writePointer(path, into: &buffer)
-            buffer.append(contentsOf: #","type":""#.utf8)
+            _JSONWriter.appendStatic(#","type":""#, to: &buffer)
             buffer.append(contentsOf: typeName.utf8)
-            buffer.append(contentsOf: #"","value":"#.utf8)
+            _JSONWriter.appendStatic(#"","value":"#, to: &buffer)
             value.writeCanonical(into: &buffer)
             buffer.append(UInt8(ascii: "}"))
         }

@@ -630,11 +630,11 @@ extension Frame {
     public static func encodeDispatch(id: DispatchID, action: WireAction) throws(FrameError) -> [UInt8] {
         var buffer: [UInt8] = [0, 0, 0, 0]
         buffer.reserveCapacity(96)
-        buffer.append(contentsOf: #"{"action":"#.utf8)
+        _JSONWriter.appendStatic(#"{"action":"#, to: &buffer)
         action.writeCanonical(into: &buffer)
-        buffer.append(contentsOf: #","id":"#.utf8)
+        _JSONWriter.appendStatic(#","id":"#, to: &buffer)
         id.json.writeCanonical(into: &buffer)
-        buffer.append(contentsOf: #","type":"dispatch"}"#.utf8)
+        _JSONWriter.appendStatic(#","type":"dispatch"}"#, to: &buffer)
         try patchHeader(of: &buffer, at: 0)
         return buffer
     }
@@ -671,17 +671,17 @@ extension Frame {
                                             to buffer: inout [UInt8]) throws(FrameError) -> Int {
         let start = buffer.count
         buffer.append(contentsOf: [0, 0, 0, 0])
-        buffer.append(contentsOf: #"{"type":"action","seq":"#.utf8)
+        _JSONWriter.appendStatic(#"{"type":"action","seq":"#, to: &buffer)
         writeInteger(seq < 1 << 53 ? Int(seq) : nil, orJSON: JSON(seq), into: &buffer)
-        buffer.append(contentsOf: #","origin":"#.utf8)
+        _JSONWriter.appendStatic(#","origin":"#, to: &buffer)
         writeInteger(origin, orJSON: JSON(origin), into: &buffer)
-        buffer.append(contentsOf: #","id":"#.utf8)
+        _JSONWriter.appendStatic(#","id":"#, to: &buffer)
         if case .number(let number) = id {
             writeInteger(number, orJSON: id.json, into: &buffer)
         } else {
             id.json.writeCanonical(into: &buffer)
         }
-        buffer.append(contentsOf: #","action":"#.utf8)
+        _JSONWriter.appendStatic(#","action":"#, to: &buffer)
         action.writeCanonical(into: &buffer)
         buffer.append(UInt8(ascii: "}"))
         try patchHeader(of: &buffer, at: start)
