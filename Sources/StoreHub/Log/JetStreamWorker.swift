@@ -262,8 +262,9 @@ extension JetStreamLog {
         static let chainCheckInterval: Duration = .seconds(2)
         /// Until when every record another hub wrote is checked against the stream leader's
         /// copy before it is applied (`nil`: not now). Set for ``suspectWindow`` after anything
-        /// that shows the cluster was not whole: a reconnection, a consumer started again, a
-        /// proposal in doubt or refused after a server had delivered it. A NATS 2.9 server that
+        /// that shows the cluster was not whole: a reconnection (not the first connection), a
+        /// consumer started again because it went quiet or skipped records, a proposal in
+        /// doubt, or one refused after a server had delivered it. A NATS 2.9 server that
         /// was a stream leader cut off from the others stores what it is sent before the others
         /// agree, and a consumer on it can deliver that record after the cluster is whole
         /// again, as if it were the stream's (seen in the several-hosts test: a hub applied its
@@ -418,7 +419,6 @@ extension JetStreamLog {
 
         private func startConsumer() throws(NATSError) {
             guard let connection else { return }
-            suspect()
             if consumerSID != 0 { connection.unsubscribe(consumerSID) }
             held.removeAll()
             let deliver = connection.newInbox()
@@ -466,6 +466,7 @@ extension JetStreamLog {
                                                             token: configuration.token, name: "storesync-hub \(names.stream)",
                                                             timeoutMilliseconds: 1_000)
                 worker.note("hubd: reconnected to the shared log at \(connection.server); reading from seq \(next)")
+                suspect()
                 adopt(connection)
             } catch {
                 nextAttempt = .now + backoff
@@ -556,6 +557,7 @@ extension JetStreamLog {
             } else if connection != nil, now - lastDelivery > Self.consumerSilence {
                 // The consumer went quiet (its server died, or it was removed): start another
                 // where the stream was left off.
+                suspect()
                 do throws(NATSError) {
                     try startConsumer()
                 } catch {
@@ -757,6 +759,7 @@ extension JetStreamLog {
                     // Something was skipped (the consumer restarted further on, or the stream
                     // was trimmed): read again from where this hub is.
                     gapAt = next
+                    suspect()
                     do throws(NATSError) { try startConsumer() } catch { lost(error.message) }
                 }
                 return
