@@ -55,22 +55,7 @@ extension HubMessage {
     /// Whether `literal` is at `cursor`; if so the cursor moves past it.
     @inline(__always)
     private static func expect(_ literal: StaticString, in payload: UnsafeRawBufferPointer, at cursor: inout Int) -> Bool {
-        let count = literal.utf8CodeUnitCount
-        guard payload.count - cursor >= count, let base = payload.baseAddress else { return false }
-        let text = UnsafeRawPointer(literal.utf8Start)
-        // Eight bytes at a time, then the rest.
-        var index = 0
-        while index + 8 <= count {
-            guard base.loadUnaligned(fromByteOffset: cursor + index, as: UInt64.self)
-                    == text.loadUnaligned(fromByteOffset: index, as: UInt64.self) else { return false }
-            index += 8
-        }
-        while index < count {
-            guard payload[cursor + index] == text.load(fromByteOffset: index, as: UInt8.self) else { return false }
-            index += 1
-        }
-        cursor += count
-        return true
+        payload.matches(literal, at: &cursor)
     }
 
     /// A non-negative decimal integer without leading zeros, at most 2^53 − 1.
@@ -87,5 +72,30 @@ extension HubMessage {
             return nil
         }
         return value
+    }
+}
+
+extension UnsafeRawBufferPointer {
+    /// Whether `literal`'s bytes are at `cursor` (compared eight bytes at a time); if so the
+    /// cursor moves past them. The fast paths' fixed parts of a message.
+    @inline(__always)
+    func matches(_ literal: StaticString, at cursor: inout Int) -> Bool {
+        let count = literal.utf8CodeUnitCount
+        guard cursor >= 0, self.count - cursor >= count, let base = baseAddress else { return false }
+        let text = UnsafeRawPointer(literal.utf8Start)
+        var index = 0
+        while index + 8 <= count {
+            guard base.loadUnaligned(fromByteOffset: cursor + index, as: UInt64.self)
+                    == text.loadUnaligned(fromByteOffset: index, as: UInt64.self) else { return false }
+            index += 8
+        }
+        while index < count {
+            guard base.load(fromByteOffset: cursor + index, as: UInt8.self) == text.load(fromByteOffset: index, as: UInt8.self) else {
+                return false
+            }
+            index += 1
+        }
+        cursor += count
+        return true
     }
 }

@@ -250,9 +250,8 @@ extension ClientMessage {
     }
 
     private static func matches(_ text: StaticString, _ payload: UnsafeRawBufferPointer, at offset: Int) -> Bool {
-        let count = text.utf8CodeUnitCount
-        guard offset >= 0, payload.count - offset >= count else { return false }
-        for index in 0..<count where payload[offset + index] != text.utf8Start[index] { return false }
-        return true
+        guard offset >= 0 else { return false }
+        var cursor = offset
+        return payload.matches(text, at: &cursor)
     }
 }
