@@ -49,6 +49,17 @@ func runWorker(socket: String, count: Int, total: Int, window: Int, app: String 
         while readLine() != nil {}
         exit(0)
     }
+    let action = JSONEdit.increment(path, by: 1)
+    dispatchAndFinish(replica, count: count, total: total, window: window, action: action)
+    withExtendedLifetime(action) {}
+    exit(0)
+}
+
+/// The timed part of a worker: dispatches `action` `count` times through the store (at most
+/// `window` of its own outstanding), waits until `total` actions are applied, prints
+/// `done SEQ DIGEST`; the caller exits.
+private func dispatchAndFinish<App: SyncApp>(_ replica: Replica<App>, count: Int, total: Int, window: Int,
+                                             action: App.Action) {
     let target = replica.welcomeSeq + UInt64(total)
     let reached = DispatchSemaphore(value: 0)
     let signalled = Atomic<Bool>(false)
@@ -62,13 +73,12 @@ func runWorker(socket: String, count: Int, total: Int, window: Int, app: String 
     }
     for _ in 0..<count {
         if window > 0 { slots.wait() }
-        replica.store.dispatch(.increment(path, by: 1))
+        replica.store.dispatch(action)
     }
     if total > 0, replica.seq < target { reached.wait() }
     token.cancel()
     Console.out("done \(replica.seq) \(replica.app.digest(of: replica.store.state))")
     replica.close()
-    exit(0)
 }
 
 /// The `load` mode of a worker: steady background dispatches while the parent measures latency.
@@ -120,22 +130,6 @@ private func runCodableWorker(socket: String, count: Int, total: Int, window: In
     }
     Console.out("ready \(replica.replicaID)")
     guard readLine() == "go" else { exit(0) }
-    let target = replica.welcomeSeq + UInt64(total)
-    let reached = DispatchSemaphore(value: 0)
-    let signalled = Atomic<Bool>(false)
-    let slots = DispatchSemaphore(value: max(window, 0))
-    let me = replica.replicaID
-    let token = replica.observeActions { applied in
-        if window > 0, applied.origin == me { slots.signal() }
-        if applied.seq >= target, !signalled.exchange(true, ordering: .relaxed) { reached.signal() }
-    }
-    for _ in 0..<count {
-        if window > 0 { slots.wait() }
-        replica.store.dispatch(.increment)
-    }
-    if total > 0, replica.seq < target { reached.wait() }
-    token.cancel()
-    Console.out("done \(replica.seq) \(replica.app.digest(of: replica.store.state))")
-    replica.close()
+    dispatchAndFinish(replica, count: count, total: total, window: window, action: .increment)
     exit(0)
 }
