@@ -1017,7 +1017,7 @@ extension JetStreamLog {
         /// conflict.
         private func lostRecords(streamLast: UInt64) -> Bool {
             guard streamLast + 1 < next else { return false }
-            emit([.broken(StorageError("the stream \(names.stream) ends at action seq \(streamLast), but this hub has read up to seq \(next - 1) from it: NATS lost actions it had acknowledged (a server restarted without its data, or the stream was replaced). The hub stops rather than fork the history its replicas have seen; see docs/OPERATIONS.md, \"Across hosts\" (use --nats-replicas 3, and restore or recreate the stream)"))])
+            emit([.broken(StorageError("the stream \(names.stream) ends at action seq \(streamLast), but this hub has read up to seq \(next - 1) from it: NATS delivered actions it did not keep — records a stream leader stored before the others agreed, then died (nats-server 2.9), or acknowledged actions lost (a server restarted without its data, or the stream was replaced). The hub stops rather than serve a history the stream does not hold; restart it and it rebuilds from the stream (its replicas re-hydrate). See docs/OPERATIONS.md, \"Across hosts\" (use --nats-replicas 3)"))])
             return true
         }
 
