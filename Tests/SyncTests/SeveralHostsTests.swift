@@ -226,10 +226,11 @@ extension MultiProcessTests {
             // through NATS 2.9.10 or through the hub's reading after a reconnect: under
             // investigation, issue 18). Recorded as a known issue until it is found; the phases
             // above stay strict.
-            // Seen once in four CI runs before the chain check: hub 1 held another action at seq 5 than hubs
-            // 2 and 3. A hub whose applied record the stream no longer holds now stops, naming the seq
-            // (exit 3; its log is in the report); NATS alone did not lose an acknowledged write in 84
-            // node kills under the same load (issue 18), so the cause is still open.
+            // Seen about once in four runs: nats-server 2.9 delivers records the stream never keeps (a
+            // server that was cut off; a stream leader that stored records before the others agreed,
+            // then died). Hubs check records with the leader after a fault and stop, naming the seq,
+            // when they find they applied one the stream does not hold (issue 18): no hub serves
+            // another history, but one may stop here.
             await withKnownIssue("after a NATS node dies, a hub may stop on a fork it found, or not read again (issue 18)", isIntermittent: true) {
                 try await nats[2].kill()
                 for host in 1...2 { try await dispatchUntilApplied(host) }
