@@ -18,7 +18,10 @@ extension Replica {
     }
 
     /// The action as sent: the app's canonical bytes when it writes them directly, else its JSON.
-    func wireAction(_ action: App.Action) -> WireAction {
+    func wireAction(_ action: App.Action) -> WireAction { Self.wireAction(action, app: app) }
+
+    /// ``wireAction(_:)`` for the store's terminal, which is built before the replica exists.
+    static func wireAction(_ action: App.Action, app: App) -> WireAction {
         app.encodeAction(canonical: action).map { WireAction(canonical: $0) } ?? WireAction(app.encodeAction(action))
     }
 

@@ -77,7 +77,8 @@ extension Replica {
                 resumeSynced: inout Bool, deliveries: inout Deliveries) -> ReplicaError? {
         // The hub's own action envelopes: no JSON object for the envelope, and none for the
         // action either when the app reads it from its canonical bytes and no event observer
-        // wants its JSON.
+        // wants its JSON; other apps get only the action's value parsed. An envelope whose
+        // action slice is not one value (an extra member) takes the general path.
         if let envelope = HubMessage.actionEnvelope(frame) {
             let bytes = UnsafeRawBufferPointer(rebasing: frame[envelope.action])
             if let action = app.decodeAction(canonical: bytes, maxDepth: 511) {
@@ -85,10 +86,14 @@ extension Replica {
                                json: { (try? JSON(parsing: bytes, maxDepth: 511)) ?? app.encodeAction(action) },
                                apply: apply, deliveries: &deliveries)
             }
+            if let json = try? JSON(parsing: bytes, maxDepth: 511) {
+                return applied(seq: envelope.seq, origin: envelope.origin, id: .number(envelope.id), json: json,
+                               apply: apply, deliveries: &deliveries)
+            }
         }
         let message: HubMessage
         do {
-            message = try HubMessage.fastAction(frame) ?? HubMessage(json: JSON(parsing: frame))
+            message = try HubMessage(json: JSON(parsing: frame))
         } catch let error as WireError {
             return .protocolViolation(error.message)
         } catch {
@@ -96,15 +101,7 @@ extension Replica {
         }
         switch message {
         case .action(let seq, let origin, let id, let json):
-            let action: App.Action
-            do {
-                action = try app.decodeAction(json)
-            } catch {
-                let expected = lastSeq.load(ordering: .relaxed) + 1
-                guard seq == expected else { return .protocolViolation("expected seq \(expected), got \(seq)") }
-                return .diverged("sequenced action \(seq) does not decode here: \(error.message)")
-            }
-            return applied(seq: seq, origin: origin, id: id, action: action, json: { json }, apply: apply, deliveries: &deliveries)
+            return applied(seq: seq, origin: origin, id: id, json: json, apply: apply, deliveries: &deliveries)
         case .reject(let id, let error):
             var ack: ReplyWaiter<UInt64>?
             let observers = shared.withLock { shared -> [Observer] in
@@ -160,6 +157,21 @@ extension Replica {
             break
         }
         return nil
+    }
+
+    /// Decodes one sequenced action from its JSON, then ``applied(seq:origin:id:action:json:apply:deliveries:)``.
+    @inlinable
+    func applied(seq: UInt64, origin: Int, id: DispatchID, json: JSON,
+                 apply: (App.Action) throws(App.Failure) -> Void, deliveries: inout Deliveries) -> ReplicaError? {
+        let action: App.Action
+        do {
+            action = try app.decodeAction(json)
+        } catch {
+            let expected = lastSeq.load(ordering: .relaxed) + 1
+            guard seq == expected else { return .protocolViolation("expected seq \(expected), got \(seq)") }
+            return .diverged("sequenced action \(seq) does not decode here: \(error.message)")
+        }
+        return applied(seq: seq, origin: origin, id: id, action: action, json: { json }, apply: apply, deliveries: &deliveries)
     }
 
     /// Applies one sequenced action and queues what follows it (the dispatcher's answer, the

@@ -199,7 +199,7 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
                 // Runs under the store's drain lock: nothing here waits, and a failure is
                 // reported on the failure queue, after the lock.
                 // The app's canonical bytes when it writes them directly (no JSON object).
-                let wire = app.encodeAction(canonical: action).map { WireAction(canonical: $0) } ?? WireAction(app.encodeAction(action))
+                let wire = Self.wireAction(action, app: app)
                 guard let replica = submitter.submitter else {
                     queue.async { report(.disconnected("this replica's link to the hub has ended (closed, or reconnection gave up)"), wire.json) }
                     return

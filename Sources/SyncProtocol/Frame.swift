@@ -62,6 +62,18 @@ public enum Frame {
         return buffer
     }
 
+    /// The payload length announced by the header at `offset` (its 4 bytes must be there); no
+    /// limit is checked.
+    ///
+    /// - Parameters:
+    ///   - bytes: Holds a header at `offset`.
+    ///   - offset: Where the header starts.
+    /// - Returns: The announced length.
+    @inline(__always)
+    package static func announcedLength(in bytes: UnsafeBufferPointer<UInt8>, at offset: Int) -> Int {
+        Int(bytes[offset]) << 24 | Int(bytes[offset + 1]) << 16 | Int(bytes[offset + 2]) << 8 | Int(bytes[offset + 3])
+    }
+
     /// Writes the length header of the frame that starts at `start` and runs to the end of `buffer`.
     ///
     /// - Parameters:
@@ -182,10 +194,7 @@ public struct FrameDecoder: Sendable {
     private func nextPayloadRange() throws(FrameError) -> Range<Int>? {
         let available = storage.count - readOffset
         guard available >= Frame.headerSize else { return nil }
-        let length = storage.withUnsafeBufferPointer { bytes in
-            Int(bytes[readOffset]) << 24 | Int(bytes[readOffset + 1]) << 16
-                | Int(bytes[readOffset + 2]) << 8 | Int(bytes[readOffset + 3])
-        }
+        let length = storage.withUnsafeBufferPointer { Frame.announcedLength(in: $0, at: readOffset) }
         guard length > 0 else { throw .emptyFrame }
         guard length <= maxPayloadBytes else { throw .tooLarge(length: length, limit: maxPayloadBytes) }
         guard available - Frame.headerSize >= length else { return nil }

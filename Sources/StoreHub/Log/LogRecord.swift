@@ -18,10 +18,7 @@ package struct LogRecord: Sendable, Equatable {
     /// The action, as sequenced: parsed, or the canonical bytes a dispatch came with.
     package var wire: WireAction
     /// The action's JSON, as sequenced (parsed from ``wire`` when that holds bytes).
-    package var action: JSON {
-        get { wire.json }
-        set { wire = WireAction(newValue) }
-    }
+    package var action: JSON { wire.json }
     /// The state's digest right after this action, when a checkpoint followed it.
     package var checkpoint: String?
 

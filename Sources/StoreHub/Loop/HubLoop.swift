@@ -709,7 +709,7 @@ final class HubLoop {
         var offset = 0
         // The backlog's frames are `action` frames, each maybe followed by its `checkpoint`.
         while offset + Frame.headerSize <= frames.count, count < Self.historyPageActions, actions.count < Self.historyPageBytes {
-            let length = Int(frames[offset]) << 24 | Int(frames[offset + 1]) << 16 | Int(frames[offset + 2]) << 8 | Int(frames[offset + 3])
+            let length = frames.withUnsafeBufferPointer { Frame.announcedLength(in: $0, at: offset) }
             let payload = frames[(offset + Frame.headerSize)..<min(frames.count, offset + Frame.headerSize + length)]
             offset += Frame.headerSize + length
             guard let envelope = payload.withUnsafeBytes({ HubMessage.actionEnvelope($0) }) else { continue }
@@ -724,10 +724,15 @@ final class HubLoop {
         return Self.framed(payload)
     }
 
-    /// A payload with its length header.
+    /// A `history` payload with its length header.
     private static func framed(_ payload: [UInt8]) -> [UInt8] {
-        let length = UInt32(truncatingIfNeeded: payload.count)
-        return [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)] + payload
+        var frame: [UInt8] = []
+        frame.reserveCapacity(Frame.headerSize + payload.count)
+        // Cannot throw: the payload is not empty, and it is at most a page (under
+        // `historyPageBytes` of actions, plus one frame of at most --max-frame-bytes, 1 GiB at
+        // most) and the envelope: under the header's 4 GiB.
+        try? Frame.append(payload: payload, to: &frame)
+        return frame
     }
 
     /// Sends `error` and closes the connection once it is flushed; other clients carry on.
