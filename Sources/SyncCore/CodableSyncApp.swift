@@ -105,6 +105,22 @@ extension CodableSyncApp where Action: TaggedEnumCodable {
         }
         return try decodeThroughCodable(Action.self, from: json)
     }
+
+    /// Decodes an action straight from its canonical bytes through its
+    /// ``TaggedEnumCodable/taggedCases`` table, without a `JSON` tree for the action (what
+    /// every replica does for every action it applies, and the hub for every dispatch).
+    ///
+    /// `nil` (decode the parsed JSON instead, which words any error) when the table does not
+    /// list the `"type"`, its entry is not checked yet in this process, or the bytes are not a
+    /// simple canonical object; otherwise exactly what ``decodeAction(_:)`` returns for them.
+    ///
+    /// - Parameters:
+    ///   - bytes: The action's canonical JSON.
+    ///   - maxDepth: The deepest nesting accepted.
+    /// - Returns: The action, or `nil`.
+    @inlinable public func decodeAction(canonical bytes: UnsafeRawBufferPointer, maxDepth: Int) -> Action? {
+        Action.taggedCases.decode(canonical: bytes, maxDepth: maxDepth)
+    }
 }
 
 extension CodableSyncApp where Action: TaggedEnumCodable {

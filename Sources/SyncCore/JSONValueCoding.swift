@@ -199,22 +199,27 @@ private final class EncodedBox {
 private let maxExactInteger = 9_007_199_254_740_991
 
 private func encodeValue<T: Encodable>(_ value: T, into box: EncodedBox, path: [any CodingKey]) throws {
-    switch value {
-    case let v as Bool: box.kind = .value(.bool(v))
-    case let v as String: box.kind = .value(.string(v))
-    case let v as Double: box.kind = .value(try number(v, path))
-    case let v as Float: box.kind = .value(try number(Double(v), path))
-    case let v as Int: box.kind = .value(try integer(v, path))
-    case let v as Int8: box.kind = .value(try integer(Int(v), path))
-    case let v as Int16: box.kind = .value(try integer(Int(v), path))
-    case let v as Int32: box.kind = .value(try integer(Int(v), path))
-    case let v as Int64: box.kind = .value(try integer(Int(v), path))
-    case let v as UInt: box.kind = .value(try unsigned(UInt64(v), path))
-    case let v as UInt8: box.kind = .value(try unsigned(UInt64(v), path))
-    case let v as UInt16: box.kind = .value(try unsigned(UInt64(v), path))
-    case let v as UInt32: box.kind = .value(try unsigned(UInt64(v), path))
-    case let v as UInt64: box.kind = .value(try unsigned(v, path))
-    case let v as JSON: box.kind = .value(v)
+    // By the static type, as `decodeValue`: metatype comparisons are pointer compares, where
+    // `case let v as Bool` would be a dynamic cast each (the largest cost of encoding an
+    // action). An Optional is not unwrapped here; its own `encode(to:)` writes the wrapped
+    // value, or `null`, through the same function.
+    // Each `unsafeBitCast` below follows the check that `T` is exactly that type.
+    switch ObjectIdentifier(T.self) {
+    case ObjectIdentifier(Bool.self): box.kind = .value(.bool(unsafeBitCast(value, to: Bool.self)))
+    case ObjectIdentifier(String.self): box.kind = .value(.string(unsafeBitCast(value, to: String.self)))
+    case ObjectIdentifier(Double.self): box.kind = .value(try number(unsafeBitCast(value, to: Double.self), path))
+    case ObjectIdentifier(Float.self): box.kind = .value(try number(Double(unsafeBitCast(value, to: Float.self)), path))
+    case ObjectIdentifier(Int.self): box.kind = .value(try integer(unsafeBitCast(value, to: Int.self), path))
+    case ObjectIdentifier(Int8.self): box.kind = .value(try integer(Int(unsafeBitCast(value, to: Int8.self)), path))
+    case ObjectIdentifier(Int16.self): box.kind = .value(try integer(Int(unsafeBitCast(value, to: Int16.self)), path))
+    case ObjectIdentifier(Int32.self): box.kind = .value(try integer(Int(unsafeBitCast(value, to: Int32.self)), path))
+    case ObjectIdentifier(Int64.self): box.kind = .value(try integer(Int(unsafeBitCast(value, to: Int64.self)), path))
+    case ObjectIdentifier(UInt.self): box.kind = .value(try unsigned(UInt64(unsafeBitCast(value, to: UInt.self)), path))
+    case ObjectIdentifier(UInt8.self): box.kind = .value(try unsigned(UInt64(unsafeBitCast(value, to: UInt8.self)), path))
+    case ObjectIdentifier(UInt16.self): box.kind = .value(try unsigned(UInt64(unsafeBitCast(value, to: UInt16.self)), path))
+    case ObjectIdentifier(UInt32.self): box.kind = .value(try unsigned(UInt64(unsafeBitCast(value, to: UInt32.self)), path))
+    case ObjectIdentifier(UInt64.self): box.kind = .value(try unsigned(unsafeBitCast(value, to: UInt64.self), path))
+    case ObjectIdentifier(JSON.self): box.kind = .value(unsafeBitCast(value, to: JSON.self))
     default:
         // By the static type: an Optional of a tagged enum is not itself tagged (its wrapped
         // value is, when it is encoded in turn).

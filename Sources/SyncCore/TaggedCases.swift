@@ -110,9 +110,12 @@ public struct TaggedCases<Value: TaggedEnumCodable>: Sendable {
         @usableFromInline let table: CaseTable
         /// The member names of the cases with associated values, by tag (first entry per tag).
         let memberNames: [String: [String]]
+        /// Each entry's tag as the canonical JSON string its action's `"type"` holds.
+        let canonicalTags: [[UInt8]]
 
         init(_ cases: [Case]) {
             self.cases = cases
+            canonicalTags = cases.map { JSON.string($0.tag).canonicalBytes }
             var names: [String: [String]] = [:], seen: Set<JSONKey> = []
             for entry in cases where seen.insert(JSONKey(entry.tag)).inserted && !entry.members.isEmpty {
                 names[entry.tag] = entry.members
@@ -182,6 +185,49 @@ public struct TaggedCases<Value: TaggedEnumCodable>: Sendable {
         return try TaggedCases.build(storage.cases[index], object, from: json, path: path)
     }
 
+    /// Decodes a value straight from its canonical bytes, without a `JSON` tree for the action:
+    /// the `"type"` is matched as bytes and only the other members' values are parsed.
+    ///
+    /// It builds exactly what ``decode(_:path:)`` builds from the parsed bytes, or nothing:
+    /// `nil` when the bytes are not a canonical object of simple member names, the table does
+    /// not list the `"type"`, its entry has not passed its check in this process yet, or a
+    /// member does not parse or decode. The caller then parses the bytes and decodes the tree,
+    /// which also words the error.
+    ///
+    /// - Parameters:
+    ///   - bytes: The action's canonical JSON.
+    ///   - maxDepth: The deepest nesting accepted, as for `JSON(parsing:maxDepth:)`.
+    /// - Returns: The value, or `nil`.
+    @usableFromInline func decode(canonical bytes: UnsafeRawBufferPointer, maxDepth: Int) -> Value? {
+        guard let storage, maxDepth >= 1 else { return nil }
+        var found: Int?
+        var others = 0
+        let read = CanonicalObjectReader.forEachMember(in: bytes) { name, value in
+            guard isTypeName(name) else {
+                others += 1
+                return true
+            }
+            // The first entry with this tag, as `CaseTable.find` takes it.
+            found = storage.canonicalTags.firstIndex { $0.elementsEqual(value) }
+            return found != nil
+        }
+        guard read, let index = found else { return nil }
+        let entry = storage.cases[index]
+        guard !entry.checked.needed else { return nil }
+        var members: [JSONKey: JSON] = [:]
+        if others > 0 {
+            members.reserveCapacity(others)
+            let parsed = CanonicalObjectReader.forEachMember(in: bytes) { name, value in
+                guard !isTypeName(name) else { return true }
+                guard let json = try? JSON(parsing: value, maxDepth: maxDepth - 1) else { return false }
+                members[JSONKey(String(decoding: name, as: UTF8.self))] = json
+                return true
+            }
+            guard parsed else { return nil }
+        }
+        return try? entry.build(members, LazyPath([]))
+    }
+
     /// Builds a case's value from the action object's members, checking its entry if it is due.
     @inlinable static func build(_ entry: Case, _ object: [JSONKey: JSON], from json: JSON, path: LazyPath) throws -> Value {
         if entry.checked.needed { return try buildChecking(entry, object, from: json, path: path) }
@@ -249,6 +295,12 @@ public struct TaggedCases<Value: TaggedEnumCodable>: Sendable {
         }
         entry.checked.set()
     }
+}
+
+/// Whether a member name's bytes are `type`.
+private func isTypeName(_ name: UnsafeRawBufferPointer) -> Bool {
+    name.count == 4 && name[0] == UInt8(ascii: "t") && name[1] == UInt8(ascii: "y") && name[2] == UInt8(ascii: "p")
+        && name[3] == UInt8(ascii: "e")
 }
 
 /// `["a", "b"]` for messages.

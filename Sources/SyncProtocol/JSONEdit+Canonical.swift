@@ -155,32 +155,10 @@ private struct CanonicalEditReader {
     /// Any JSON value: its extent is found by matching brackets outside strings, then the
     /// parser reads it (and refuses what it refuses).
     private mutating func anyValue(maxDepth: Int) -> JSON? {
+        guard let end = CanonicalObjectReader.endOfValue(in: bytes, from: cursor) else { return nil }
         let start = cursor
-        var depth = 0
-        var inString = false
-        while cursor < bytes.count {
-            let byte = bytes[cursor]
-            if inString {
-                if byte == UInt8(ascii: "\\") {
-                    cursor += 1
-                } else if byte == UInt8(ascii: "\"") {
-                    inString = false
-                }
-            } else {
-                switch byte {
-                case UInt8(ascii: "\""): inString = true
-                case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
-                case UInt8(ascii: "}"), UInt8(ascii: "]"):
-                    if depth == 0 { return parse(start, maxDepth) }
-                    depth -= 1
-                case UInt8(ascii: ","):
-                    if depth == 0 { return parse(start, maxDepth) }
-                default: break
-                }
-            }
-            cursor += 1
-        }
-        return nil
+        cursor = end
+        return parse(start, maxDepth)
     }
 
     private func parse(_ start: Int, _ maxDepth: Int) -> JSON? {

@@ -29,6 +29,19 @@ func runCommand(_ executable: String, _ arguments: [String]) throws -> String {
     return output
 }
 
+/// What a process's threads are doing, for a failure report: their top frames from gdb
+/// (`thread apply all bt`), or why there are none.
+func threadReport(_ pid: Int32) -> String {
+    guard FileManager.default.isExecutableFile(atPath: "/usr/bin/gdb") else { return "(no gdb to show its threads)" }
+    do {
+        let output = try runCommand("/usr/bin/gdb", ["-p", "\(pid)", "-batch", "-ex", "thread apply all bt 12"])
+        let lines = output.split(separator: "\n").filter { $0.hasPrefix("#") || $0.hasPrefix("Thread ") }
+        return lines.prefix(160).joined(separator: "\n")
+    } catch {
+        return "(gdb could not attach: \(error))"
+    }
+}
+
 /// Hosts simulated with network namespaces: one namespace per host, each with a veth pair to a
 /// bridge in a "switch" namespace, addresses in a /24 chosen at random inside the namespaces
 /// this test creates (nothing is added to the machine's own namespace). ``remove()`` deletes
@@ -142,7 +155,14 @@ extension MultiProcessTests {
                 while ContinuousClock.now < deadline {
                     if let answer = try answer(host, id: id, pollMilliseconds: 100) { return answer }
                 }
-                throw HarnessError("dispatch \(id) on hub \(host) unanswered after \(timeout)")
+                let status: String
+                do {
+                    let answer = try HubStatusProbe.status(hubs.socket(host))
+                    status = "seq \(answer.seq), log \(String(describing: answer.log)), storage \(String(describing: answer.storage))"
+                } catch {
+                    status = "no answer (\(error))"
+                }
+                throw HarnessError("dispatch \(id) on hub \(host) unanswered after \(timeout); its status: \(status); its log: \(processes[host - 1].errorLines.suffix(40)); its threads:\n\(threadReport(processes[host - 1].pid))")
             }
             /// Answers read on each host's client, by dispatch id (every answer is kept: one read
             /// while waiting for another dispatch is found later).
@@ -232,58 +252,64 @@ extension MultiProcessTests {
             // when they find they applied one the stream does not hold (issue 18): no hub serves
             // another history, but one may stop here.
             await withKnownIssue("after a NATS node dies, a hub may stop on a fork it found, or not read again (issue 18)", isIntermittent: true) {
-                try await nats[2].kill()
-                for host in 1...2 { try await dispatchUntilApplied(host) }
-                var doubtful: Set<Int> = []
-                var hub3Back = false
-                let hub3Deadline = ContinuousClock.now + scaled(.seconds(90))
-                while !hub3Back, ContinuousClock.now < hub3Deadline {
-                    guard let answer = try? dispatch(3, timeout: .seconds(20)) else {
-                        doubtful.insert(nextID)   // unanswered: in doubt, applied once or never
-                        continue
-                    }
-                    guard let id = answer["id"]?.intValue else { break }
-                    if answer["type"] == "action" {
-                        applied.append(id)
-                        hub3Back = true
-                    } else {
-                        #expect(answer["error"]?["code"] == "unavailable", "hub 3: \(answer)")
-                        refusedIDs.append(id)
-                        try await Task.sleep(for: .milliseconds(200))
-                    }
-                }
-                if !hub3Back { print("note: hub 3 could not read the stream within 90 s after its NATS server died (the cluster's JetStream API stayed unavailable); checked hubs 1 and 2 only") }
-                let hosts = hub3Back ? [1, 2, 3] : [1, 2]
-                var statuses: [HubStatus] = []
                 do {
-                    _ = try await hubs.settled(hosts, at: UInt64(applied.count), timeout: .seconds(90))
-                    // Dispatches in doubt may still land: wait until the hubs agree on one seq.
-                    try await waitUntil("hubs \(hosts) to agree on one seq", timeout: .seconds(60)) {
-                        statuses = hosts.compactMap { try? HubStatusProbe.status(hubs.socket($0)) }
-                        return statuses.count == hosts.count && Set(statuses.map(\.seq)).count == 1
+                    try await nats[2].kill()
+                    for host in 1...2 { try await dispatchUntilApplied(host) }
+                    var doubtful: Set<Int> = []
+                    var hub3Back = false
+                    let hub3Deadline = ContinuousClock.now + scaled(.seconds(90))
+                    while !hub3Back, ContinuousClock.now < hub3Deadline {
+                        guard let answer = try? dispatch(3, timeout: .seconds(20)) else {
+                            doubtful.insert(nextID)   // unanswered: in doubt, applied once or never
+                            continue
+                        }
+                        guard let id = answer["id"]?.intValue else { break }
+                        if answer["type"] == "action" {
+                            applied.append(id)
+                            hub3Back = true
+                        } else {
+                            #expect(answer["error"]?["code"] == "unavailable", "hub 3: \(answer)")
+                            refusedIDs.append(id)
+                            try await Task.sleep(for: .milliseconds(200))
+                        }
                     }
+                    if !hub3Back { print("note: hub 3 could not read the stream within 90 s after its NATS server died (the cluster's JetStream API stayed unavailable); checked hubs 1 and 2 only") }
+                    let hosts = hub3Back ? [1, 2, 3] : [1, 2]
+                    var statuses: [HubStatus] = []
+                    do {
+                        _ = try await hubs.settled(hosts, at: UInt64(applied.count), timeout: .seconds(90))
+                        // Dispatches in doubt may still land: wait until the hubs agree on one seq.
+                        try await waitUntil("hubs \(hosts) to agree on one seq", timeout: .seconds(60)) {
+                            statuses = hosts.compactMap { try? HubStatusProbe.status(hubs.socket($0)) }
+                            return statuses.count == hosts.count && Set(statuses.map(\.seq)).count == 1
+                        }
+                    } catch {
+                        // What each hub holds, and what it said, to tell a lost dispatch from a stuck hub.
+                        var report = "acknowledged \(applied.sorted()), refused \(refusedIDs), in doubt \(doubtful.sorted())"
+                        for host in 1...3 {
+                            let log = (try? hubs.attach(host, session: nil))
+                                .map { client, welcome in client.close(); return welcome["state"]?["log"]?.arrayValue?.compactMap(\.intValue) ?? [] }
+                            report += "\nhub \(host): state \(log.map { "\($0)" } ?? "unreachable"); stderr \(processes[host - 1].errorLines.suffix(15))"
+                        }
+                        throw HarnessError("\(error)\n\(report)")
+                    }
+                    #expect(Set(statuses.map(\.digest)).count == 1, "\(statuses.map(\.digest))")
+                    // Each acknowledged dispatch is in the state once; refused ones are not; one in doubt
+                    // at most once.
+                    let (reader, welcome) = try hubs.attach(1)
+                    reader.close()
+                    let log = welcome["state"]?["log"]?.arrayValue?.compactMap(\.intValue) ?? []
+                    #expect(log.count == Set(log).count, "a dispatch applied twice: \(log)")
+                    #expect(Set(applied).isSubset(of: Set(log)), "state \(log), acknowledged \(applied)")
+                    #expect(Set(log).isSubset(of: Set(applied).union(doubtful)), "state \(log), acknowledged \(applied), in doubt \(doubtful)")
+                    #expect(UInt64(log.count) >= statuses.first?.seq ?? 0)
+                    #expect(!log.contains(refused["id"]?.intValue ?? -1))
+                    #expect(Set(log).isDisjoint(with: refusedIDs))
                 } catch {
-                    // What each hub holds, and what it said, to tell a lost dispatch from a stuck hub.
-                    var report = "acknowledged \(applied.sorted()), refused \(refusedIDs), in doubt \(doubtful.sorted())"
-                    for host in 1...3 {
-                        let log = (try? hubs.attach(host, session: nil))
-                            .map { client, welcome in client.close(); return welcome["state"]?["log"]?.arrayValue?.compactMap(\.intValue) ?? [] }
-                        report += "\nhub \(host): state \(log.map { "\($0)" } ?? "unreachable"); stderr \(processes[host - 1].errorLines.suffix(15))"
-                    }
-                    throw HarnessError("\(error)\n\(report)")
+                    // What every hub said, to tell a stuck hub from a stopped one.
+                    let logs = (1...3).map { "hub \($0) (running \(processes[$0 - 1].isRunning)): \(processes[$0 - 1].errorLines.suffix(30))" }
+                    throw HarnessError("\(error)\n" + logs.joined(separator: "\n"))
                 }
-                #expect(Set(statuses.map(\.digest)).count == 1, "\(statuses.map(\.digest))")
-                // Each acknowledged dispatch is in the state once; refused ones are not; one in doubt
-                // at most once.
-                let (reader, welcome) = try hubs.attach(1)
-                reader.close()
-                let log = welcome["state"]?["log"]?.arrayValue?.compactMap(\.intValue) ?? []
-                #expect(log.count == Set(log).count, "a dispatch applied twice: \(log)")
-                #expect(Set(applied).isSubset(of: Set(log)), "state \(log), acknowledged \(applied)")
-                #expect(Set(log).isSubset(of: Set(applied).union(doubtful)), "state \(log), acknowledged \(applied), in doubt \(doubtful)")
-                #expect(UInt64(log.count) >= statuses.first?.seq ?? 0)
-                #expect(!log.contains(refused["id"]?.intValue ?? -1))
-                #expect(Set(log).isDisjoint(with: refusedIDs))
             }
         }
     }

@@ -128,6 +128,19 @@ package final class JetStreamLog: HubLog {
         }
     }
 
+    /// Whether a `STREAM.INFO` answer came from one member of a replicated stream that has no
+    /// leader now: NATS then lets every member answer from its own copy, which may be behind
+    /// (a server that was cut off and has not caught up) or ahead (records it stored that the
+    /// others never agreed to). Such an answer says nothing about the stream; ask again once
+    /// it has a leader (only the leader answers then).
+    ///
+    /// - Parameter info: The answer.
+    /// - Returns: Whether the stream has more than one replica and the answer names no leader.
+    package static func isLeaderlessAnswer(_ info: JSON) -> Bool {
+        guard let replicas = info["config"]?["num_replicas"]?.intValue, replicas > 1 else { return false }
+        return (info["cluster"]?["leader"]?.stringValue ?? "").isEmpty
+    }
+
     /// Whether a NATS failure may pass by itself (a server not up yet, a cluster electing).
     private static func isTransient(_ error: NATSError) -> Bool {
         switch error.kind {
@@ -189,6 +202,11 @@ package final class JetStreamLog: HubLog {
             start.replicaLease = try readLease(connection).below
             let from = (start.snapshot?.seq ?? 0) + 1
             let info = try connection.jetStream("STREAM.INFO." + names.stream, nil)
+            if Self.isLeaderlessAnswer(info) {
+                var failure = StorageError("the stream \(names.stream) has no leader now (its servers are electing one); NATS answers from one server's own copy then, which may be behind or ahead of the stream")
+                failure.isTransient = true
+                throw failure
+            }
             let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
             let first = UInt64(max(0, info["state"]?["first_seq"]?.intValue ?? 0))
             if from <= last {

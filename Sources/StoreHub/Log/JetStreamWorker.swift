@@ -295,6 +295,11 @@ extension JetStreamLog {
         /// never reconnects, and waits for the hub to stop it.
         var halted = false
         var lastConsumerAttempt = ContinuousClock.now
+        /// When `next` last moved: a stream known to hold more that sends nothing for
+        /// ``readStall`` is read record by record from its leader (see `checkTimers`).
+        var lastProgress = ContinuousClock.now
+        /// How long a consumer may send nothing while the stream holds records after `next`.
+        static let readStall: Duration = .seconds(3)
         /// The last proposal sent (a proposal right after it is pipelined on it).
         var lastProposal: (seq: UInt64, id: String)?
         var facts = Facts()
@@ -339,6 +344,12 @@ extension JetStreamLog {
             do throws(NATSError) {
                 try startConsumerOrPoll()
                 let info = try connection.jetStream("STREAM.INFO." + names.stream, nil)
+                if JetStreamLog.isLeaderlessAnswer(info) {
+                    // One member's own copy (seen after a server died: a member that had been
+                    // cut off answered with a stream shorter than what the hubs had read).
+                    lost("the stream \(names.stream) has no leader now (its servers are electing one); asking again")
+                    return
+                }
                 let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
                 if last + 1 < next {
                     // Answered perhaps by a server without the stream's leader (an election):
@@ -563,6 +574,21 @@ extension JetStreamLog {
                 } catch {
                     lost(error.message)
                 }
+            } else if connection != nil, held.isEmpty, facts.streamLast >= next, now - lastProgress > Self.readStall,
+                      now - lastConsumerAttempt > Self.readStall {
+                // The stream holds records after `next` (its leader acknowledged one, or the
+                // consumer said more are pending), yet the consumer, still sending heartbeats,
+                // sends none: its server's copy is behind the stream (seen after a NATS node
+                // died: a hub's acknowledged dispatch never came back, and went unanswered).
+                // Read them from the leader, record by record; a consumer is tried again in 5 s.
+                worker.note("hubd: the stream \(names.stream) holds action seq \(facts.streamLast), but its consumer sent nothing after seq \(next - 1) for \(Self.readStall); reading the stream record by record from its leader")
+                suspect()
+                if let connection, consumerSID != 0 { connection.unsubscribe(consumerSID) }
+                consumerSID = 0
+                held.removeAll()
+                polling = true
+                lastConsumerAttempt = now
+                lastProgress = now
             }
             updateAvailability()
         }
@@ -731,6 +757,7 @@ extension JetStreamLog {
                 guard mayApply(first, delivered: message), !chainBroken(message) else { return }
                 lastReadHash = Self.chainHash(message.payload)
                 next += 1
+                lastProgress = .now
                 pending.removeFirst()
                 if facts.firstSeq == 0 { facts.firstSeq = first.record.seq }
                 emit([.accepted(through: first.record.seq)])
@@ -787,6 +814,7 @@ extension JetStreamLog {
             }
             lastReadHash = Self.chainHash(message.payload)
             next += 1
+            lastProgress = .now
             if facts.firstSeq == 0 { facts.firstSeq = record.seq }
             emit([.appended(record)])
             if let target = catchUpTarget, next > target { catchUpTarget = nil }
@@ -972,6 +1000,7 @@ extension JetStreamLog {
             if !Self.contains(message.payload, #""error""#), !Self.contains(message.payload, #""duplicate""#) {
                 pending[index].acknowledged = true
                 pending[index].ackedStreamSeq = Self.number(after: #""seq":"#, in: message.payload)
+                noteStreamHolds(pending[index].ackedStreamSeq)
                 releaseHeld()
                 updateAvailability()
                 return
@@ -1006,8 +1035,16 @@ extension JetStreamLog {
             }
             pending[index].acknowledged = true
             pending[index].ackedStreamSeq = UInt64(max(0, json["seq"]?.intValue ?? 0))
+            noteStreamHolds(pending[index].ackedStreamSeq)
             releaseHeld()
             updateAvailability()
+        }
+
+        /// Records that the stream's leader stored a record at stream seq `streamSeq` (hub seq
+        /// one less): the stream holds at least that much (for the read-stall check and `status`).
+        private func noteStreamHolds(_ streamSeq: UInt64) {
+            guard streamSeq >= 1 else { return }
+            facts.streamLast = max(facts.streamLast, streamSeq - 1)
         }
 
         /// Whether the stream ends before the records this worker has already read (hub seq

@@ -87,6 +87,8 @@ final class Connection {
     var held = 0
     /// What is owed to it.
     var output = ConnectionOutput()
+    /// The hub loop's last write pass that visited it (each visits a connection once).
+    var writePass: UInt64 = 0
     /// Its session's entry in the session table, once attached with a session.
     var session: SessionEntry?
     /// A `hello` resuming ahead of this hub's applied seq (a shared log): its welcome waits,

@@ -81,6 +81,9 @@ final class HubLoop {
         var failure: SystemError?
         var pollSet: [pollfd] = []
         var order: [Connection] = []
+        // The connections whose frames this pass handled: written first, so a dispatcher's
+        // own action (its acknowledgement) leaves before the other replicas' copies.
+        var spoke: [Connection] = []
         var idle: [Connection] = []
         while !stopRequested.load(ordering: .relaxed) {
             pollSet.removeAll(keepingCapacity: true)
@@ -155,11 +158,13 @@ final class HubLoop {
                     continue
                 }
                 handleFrames(connection)
+                spoke.append(connection)
             }
             pump(now: now)
             if brokenLog != nil { break }
             admitWaitingReplicas(now: now)
-            writeAll()
+            writeAll(first: spoke)
+            spoke.removeAll(keepingCapacity: true)
             reapClosing(now: now)
             if let watchdogInterval, now - lastWatchdog >= watchdogInterval {
                 lastWatchdog = now
@@ -781,17 +786,35 @@ final class HubLoop {
     }
 
     /// One write per connection with queued bytes: everything pending, gathered.
-    private func writeAll() {
-        for connection in connections.values where owes(connection) {
-            write(connection)
-            guard connections[connection.fd] === connection else { continue }
-            let pending = connection.output.countedPending(end: backlog.end)
-            if !connection.isClosing, pending > configuration.maxQueuedBytesPerReplica {
-                // No more broadcasts; the error follows the frame being written.
-                fallOut(connection, lagBytes: pending)
-            }
-        }
+    /// Writes what every connection is owed, `first` before the others.
+    ///
+    /// The connections that sent frames this pass go first: an unloaded round trip is then
+    /// one write from the hub to the dispatcher (whose reader wakes at once), not one behind
+    /// every other replica's copy.
+    ///
+    /// - Parameter first: Connections to write before the rest (each is written once).
+    private func writeAll(first: [Connection]) {
+        writePass &+= 1
+        for connection in first where connections[connection.fd] === connection { flush(connection) }
+        for connection in connections.values where connection.writePass != writePass { flush(connection) }
         compactBacklog()
+    }
+
+    /// Numbers `writeAll` calls, so each connection is written once per call.
+    private var writePass: UInt64 = 0
+
+    /// Writes what one connection is owed, and drops it from the broadcast when it lags too far.
+    private func flush(_ connection: Connection) {
+        guard connection.writePass != writePass else { return }
+        connection.writePass = writePass
+        guard owes(connection) else { return }
+        write(connection)
+        guard connections[connection.fd] === connection else { return }
+        let pending = connection.output.countedPending(end: backlog.end)
+        if !connection.isClosing, pending > configuration.maxQueuedBytesPerReplica {
+            // No more broadcasts; the error follows the frame being written.
+            fallOut(connection, lagBytes: pending)
+        }
     }
 
     /// The most pieces gathered into one `sendmsg`.
