@@ -21,6 +21,9 @@
 //   7. the json app's byte-level decoder `JSONEdit(canonical:)` agrees with `JSONEdit(action:)`
 //      on the parsed value whenever it answers, on the input and on its canonical bytes (and
 //      whatever it accepts parses).
+//   9. `CanonicalObjectReader.forEachMember` (behind the Codable apps' byte-level decoder):
+//      when it reads a whole object and every member's value parses, the input parses as an
+//      object with exactly those members and values (on the input and on its canonical bytes).
 // Values are compared by canonical bytes, never by `==` on `JSON`.
 
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -29,10 +32,12 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let inputBytes = Array(input)
     checkCanonicalEdit(input)
     checkIsCanonical(input)
+    checkObjectReader(input)
     if let parsed = try? JSON(parsing: input) {
         parsed.canonicalBytes.withUnsafeBytes {
             checkCanonicalEdit($0)
             checkIsCanonical($0)
+            checkObjectReader($0)
         }
     }
     let value: JSON
@@ -316,5 +321,24 @@ private func checkIsCanonical(_ bytes: UnsafeRawBufferPointer) {
     guard JSON.isCanonical(bytes) else { return }
     guard let parsed = try? JSON(parsing: bytes), parsed.canonicalBytes == Array(bytes) else {
         fuzzFail("JSON.isCanonical accepted bytes that are not their own canonical form", [("input", Array(bytes))])
+    }
+}
+
+/// Item 9: members the object reader finds, with values that parse, are the object's.
+private func checkObjectReader(_ bytes: UnsafeRawBufferPointer) {
+    var members: [JSONKey: JSON] = [:]
+    var count = 0
+    let read = CanonicalObjectReader.forEachMember(in: bytes) { name, value in
+        guard let parsed = try? JSON(parsing: value) else { return false }
+        members[JSONKey(String(decoding: name, as: UTF8.self))] = parsed
+        count += 1
+        return true
+    }
+    guard read else { return }
+    guard case .object(let whole)? = try? JSON(parsing: bytes) else {
+        fuzzFail("CanonicalObjectReader read an object the parser refuses", [("input", Array(bytes))])
+    }
+    guard count == members.count, JSON.object(members).canonicalBytes == JSON.object(whole).canonicalBytes else {
+        fuzzFail("CanonicalObjectReader found other members than the parser", [("input", Array(bytes))])
     }
 }

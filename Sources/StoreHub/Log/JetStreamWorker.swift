@@ -298,6 +298,8 @@ extension JetStreamLog {
         /// When `next` last moved: a stream known to hold more that sends nothing for
         /// ``readStall`` is read record by record from its leader (see `checkTimers`).
         var lastProgress = ContinuousClock.now
+        /// Since when the stream has been known to hold records after `next` (`nil`: it is not).
+        var behindSince: ContinuousClock.Instant?
         /// How long a consumer may send nothing while the stream holds records after `next`.
         static let readStall: Duration = .seconds(3)
         /// The last proposal sent (a proposal right after it is pipelined on it).
@@ -540,6 +542,11 @@ extension JetStreamLog {
 
         private func checkTimers() {
             let now = ContinuousClock.now
+            if facts.streamLast >= next {
+                if behindSince == nil { behindSince = now }
+            } else {
+                behindSince = nil
+            }
             if let oldest = pending.first(where: { !$0.acknowledged }), now - oldest.sentAt > Self.ackTimeout {
                 if !inDoubt {
                     inDoubt = true
@@ -574,7 +581,7 @@ extension JetStreamLog {
                 } catch {
                     lost(error.message)
                 }
-            } else if connection != nil, held.isEmpty, facts.streamLast >= next, now - lastProgress > Self.readStall,
+            } else if connection != nil, held.isEmpty, let since = behindSince, now - max(since, lastProgress) > Self.readStall,
                       now - lastConsumerAttempt > Self.readStall {
                 // The stream holds records after `next` (its leader acknowledged one, or the
                 // consumer said more are pending), yet the consumer, still sending heartbeats,
@@ -1012,7 +1019,18 @@ extension JetStreamLog {
                 switch code {
                 case 10071:
                     let streamLast = text.split(separator: ":").last.flatMap { UInt64($0.trimmingCharacters(in: .whitespaces)) } ?? (item.expectedLast + 1)
-                    if streamLast >= 1, lostRecords(streamLast: streamLast - 1) { return }
+                    if streamLast >= 1, streamLast < next {
+                        // The leader says the stream ends before what this hub has read. A leader
+                        // not yet deposed answers from its own copy too, so this stops the hub
+                        // only once NATS has kept saying so for 10 s (as in `adopt`); meanwhile
+                        // the link is dropped, and what was in flight is in doubt.
+                        if confirmed("short") {
+                            _ = lostRecords(streamLast: streamLast - 1)
+                        } else {
+                            lost("the stream \(names.stream)'s leader says it ends at action seq \(streamLast - 1), before the seq \(next - 1) this hub has read; asking again")
+                        }
+                        return
+                    }
                     void(from: index, .conflict(from: item.record.seq, logLast: max(item.expectedLast, streamLast >= 1 ? streamLast - 1 : 0)))
                 case 10070:
                     void(from: index, .conflict(from: item.record.seq, logLast: item.expectedLast))
