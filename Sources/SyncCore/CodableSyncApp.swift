@@ -112,7 +112,10 @@ extension CodableSyncApp where Action: TaggedEnumCodable {
     ///
     /// `nil` (decode the parsed JSON instead, which words any error) when the table does not
     /// list the `"type"`, its entry is not checked yet in this process, or the bytes are not a
-    /// simple canonical object; otherwise exactly what ``decodeAction(_:)`` returns for them.
+    /// simple canonical object; otherwise exactly what this extension's ``decodeAction(_:)``
+    /// returns for them. An app that writes its own `decodeAction(_:)` (to validate or migrate
+    /// actions) must also write this method, returning `nil` to keep every action on its own
+    /// decoder: this one reads the table and would go around it.
     ///
     /// - Parameters:
     ///   - bytes: The action's canonical JSON.

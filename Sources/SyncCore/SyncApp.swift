@@ -40,10 +40,14 @@ public protocol SyncApp: Reducer where State: Sendable, Action: Sendable {
     func decodeAction(_ json: JSON) throws(AppCodingError) -> Action
 
     /// Decodes an action straight from its canonical bytes, without a `JSON` tree, when it can:
-    /// the per-action fast path of replicas. `nil` means "not here": the caller parses the bytes
-    /// and calls ``decodeAction(_:)``, which must then give the same action (or refuse it). The
-    /// default answers `nil` always; an app whose actions are small and regular implements it
-    /// (the json app does).
+    /// the per-action fast path of the hub and of replicas. `nil` means "not here": the caller
+    /// parses the bytes and calls ``decodeAction(_:)``. An action it returns must be exactly the
+    /// one ``decodeAction(_:)`` returns for those bytes, and it must return `nil` for anything
+    /// ``decodeAction(_:)`` refuses. The default answers `nil` always; an app whose actions are
+    /// small and regular implements it (the json app does), and a ``CodableSyncApp`` whose
+    /// action enum lists its cases in a ``TaggedCases`` table gets it from the table. An app
+    /// that writes its own ``decodeAction(_:)`` (to validate or migrate) over such a default
+    /// must write this one too, even if only to return `nil`, or the fast path goes around it.
     ///
     /// - Parameters:
     ///   - bytes: The action's canonical JSON, exactly one value.

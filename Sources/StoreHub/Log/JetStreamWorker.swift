@@ -412,7 +412,9 @@ extension JetStreamLog {
                 do throws(NATSError) {
                     answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(next + 1)])
                 } catch where error.kind == .api(code: 404, errCode: 10037) {
-                    return  // not written yet
+                    // Not written yet, or this hub believes in records the stream does not hold.
+                    if facts.streamLast >= next { recheckStreamEnd() }
+                    return
                 } catch {
                     lost(error.message)
                     return
@@ -432,6 +434,7 @@ extension JetStreamLog {
 
         private func startConsumer() throws(NATSError) {
             guard let connection else { return }
+            lastConsumerAttempt = .now
             if consumerSID != 0 { connection.unsubscribe(consumerSID) }
             held.removeAll()
             let deliver = connection.newInbox()
@@ -452,6 +455,8 @@ extension JetStreamLog {
         }
 
         func lost(_ reason: String) {
+            // Once per link: the rest of a batch read before the drop may call it again.
+            guard connection != nil else { return }
             connection?.close()
             connection = nil
             consumerSID = 0
@@ -520,7 +525,11 @@ extension JetStreamLog {
                     let queued = connection.hasQueuedMessages
                     _ = systemPoll(&entries, 2, queued ? 0 : polling ? 20 : 200)
                     if entries[0].revents != 0 || queued {
-                        for message in try connection.read(timeoutMilliseconds: 0) { receive(message) }
+                        for message in try connection.read(timeoutMilliseconds: 0) {
+                            // A message may drop the link (`lost`): the rest of the batch is moot.
+                            guard self.connection === connection else { break }
+                            receive(message)
+                        }
                     }
                     if connection.hasOutput { try connection.flush(timeoutMilliseconds: 1_000) }
                 } catch {
@@ -1056,6 +1065,39 @@ extension JetStreamLog {
             noteStreamHolds(pending[index].ackedStreamSeq)
             releaseHeld()
             updateAvailability()
+        }
+
+        /// Asks the stream's leader where the stream ends, when this hub believes in records after
+        /// `next` that the leader does not give it (`STREAM.MSG.GET` says "no such record").
+        ///
+        /// A NATS 2.9 leader about to be deposed can acknowledge a proposal the stream never
+        /// keeps, and a server ahead of the stream can report records as pending: believed, they
+        /// would keep the read-stall check switching to record-by-record reads forever, and the
+        /// acknowledged proposal would wait for a delivery that never comes. The leader's answer
+        /// lowers what the hub believes; this hub's proposals acknowledged beyond it are in doubt
+        /// again (re-sent with their ids, so one the stream did keep comes back a duplicate); a
+        /// stream that ends before what this hub has read is handled as in `adopt`.
+        private func recheckStreamEnd() {
+            guard let connection,
+                  let info = try? connection.jetStream("STREAM.INFO." + names.stream, nil),
+                  !JetStreamLog.isLeaderlessAnswer(info) else { return }
+            let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
+            if last + 1 < next {
+                if confirmed("short") {
+                    _ = lostRecords(streamLast: last)
+                } else {
+                    lost("the stream \(names.stream) says it ends at action seq \(last), before the seq \(next - 1) this hub has read; asking again")
+                }
+                return
+            }
+            guard last < facts.streamLast else { return }
+            worker.note("hubd: the stream \(names.stream) ends at action seq \(last), not at the seq \(facts.streamLast) NATS had reported; proposals acknowledged after it are in doubt and are sent again")
+            facts.streamLast = last
+            for index in pending.indices where pending[index].acknowledged && pending[index].record.seq > last {
+                pending[index].acknowledged = false
+                pending[index].ackedStreamSeq = 0
+            }
+            publishFacts()
         }
 
         /// Records that the stream's leader stored a record at stream seq `streamSeq` (hub seq
