@@ -253,7 +253,10 @@ extension MultiProcessTests {
             //   (nats-server 2.9.10 losing acknowledged records across the earlier link cut). The
             //   hub that read them stops, naming the seqs, rather than serve a history the stream
             //   no longer holds; no hub diverges silently.
-            await withKnownIssue("after a NATS node dies, NATS 2.9 may lose acknowledged actions and a hub then stops (issue 18)", isIntermittent: true) {
+            // - Still seen (rarely): the two live servers elect no stream leader for over 90 s.
+            //   A dispatch in doubt then waits for NATS, as PROTOCOL §5 says; its hub refuses
+            //   every other dispatch with unavailable meanwhile.
+            await withKnownIssue("after a NATS node dies, NATS 2.9 may lose acknowledged actions (a hub then stops) or elect no stream leader for minutes (issue 18)", isIntermittent: true) {
                 do {
                     try await nats[2].kill()
                     for host in 1...2 { try await dispatchUntilApplied(host) }

@@ -571,6 +571,10 @@ extension JetStreamLog {
             if connection != nil, now - lastChainCheck > Self.chainCheckInterval {
                 lastChainCheck = now
                 checkChain()
+                // A consumer on a server whose copy is behind sends heartbeats and nothing else;
+                // a hub that only reads would never learn the stream went on. Quiet for a while:
+                // ask the leader where the stream ends (the read-stall check takes it from there).
+                if !polling, now - lastProgress > Self.readStall { learnStreamEnd() }
             }
             if connection != nil, now - lastFactsRefresh > Self.factsRefreshInterval {
                 lastFactsRefresh = now
@@ -1065,6 +1069,19 @@ extension JetStreamLog {
             noteStreamHolds(pending[index].ackedStreamSeq)
             releaseHeld()
             updateAvailability()
+        }
+
+        /// Asks the stream's leader where the stream ends, and remembers it if that is further
+        /// than this hub knew (a leaderless stream's answer is one member's copy, and ignored).
+        private func learnStreamEnd() {
+            guard let connection,
+                  let info = try? connection.jetStream("STREAM.INFO." + names.stream, nil),
+                  !JetStreamLog.isLeaderlessAnswer(info) else { return }
+            let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
+            if last > facts.streamLast {
+                facts.streamLast = last
+                publishFacts()
+            }
         }
 
         /// Asks the stream's leader where the stream ends, when this hub believes in records after
