@@ -201,31 +201,19 @@ public struct TaggedCases<Value: TaggedEnumCodable>: Sendable {
     @usableFromInline func decode(canonical bytes: UnsafeRawBufferPointer, maxDepth: Int) -> Value? {
         guard let storage, maxDepth >= 1 else { return nil }
         var found: Int?
-        var others = 0
+        var members: [JSONKey: JSON] = [:]
         let read = CanonicalObjectReader.forEachMember(in: bytes) { name, value in
             guard isTypeName(name) else {
-                others += 1
+                guard let json = try? JSON(parsing: value, maxDepth: maxDepth - 1) else { return false }
+                members[JSONKey(String(decoding: name, as: UTF8.self))] = json
                 return true
             }
             // The first entry with this tag, as `CaseTable.find` takes it.
             found = storage.canonicalTags.firstIndex { $0.elementsEqual(value) }
             return found != nil
         }
-        guard read, let index = found else { return nil }
-        let entry = storage.cases[index]
-        guard !entry.checked.needed else { return nil }
-        var members: [JSONKey: JSON] = [:]
-        if others > 0 {
-            members.reserveCapacity(others)
-            let parsed = CanonicalObjectReader.forEachMember(in: bytes) { name, value in
-                guard !isTypeName(name) else { return true }
-                guard let json = try? JSON(parsing: value, maxDepth: maxDepth - 1) else { return false }
-                members[JSONKey(String(decoding: name, as: UTF8.self))] = json
-                return true
-            }
-            guard parsed else { return nil }
-        }
-        return try? entry.build(members, LazyPath([]))
+        guard read, let index = found, !storage.cases[index].checked.needed else { return nil }
+        return try? storage.cases[index].build(members, LazyPath([]))
     }
 
     /// Builds a case's value from the action object's members, checking its entry if it is due.

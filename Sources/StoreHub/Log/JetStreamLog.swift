@@ -141,6 +141,15 @@ package final class JetStreamLog: HubLog {
         return (info["cluster"]?["leader"]?.stringValue ?? "").isEmpty
     }
 
+    /// The last action seq of a `STREAM.INFO` answer: the stream's last seq less the genesis
+    /// record (0 for an empty stream).
+    ///
+    /// - Parameter info: The answer.
+    /// - Returns: The hub seq of the stream's last record.
+    package static func lastActionSeq(in info: JSON) -> UInt64 {
+        UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
+    }
+
     /// Whether a NATS failure may pass by itself (a server not up yet, a cluster electing).
     private static func isTransient(_ error: NATSError) -> Bool {
         switch error.kind {
@@ -207,7 +216,7 @@ package final class JetStreamLog: HubLog {
                 failure.isTransient = true
                 throw failure
             }
-            let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
+            let last = Self.lastActionSeq(in: info)
             let first = UInt64(max(0, info["state"]?["first_seq"]?.intValue ?? 0))
             if from <= last {
                 // The actions after the snapshot must all still be in the stream.

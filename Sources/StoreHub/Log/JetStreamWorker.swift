@@ -352,15 +352,9 @@ extension JetStreamLog {
                     lost("the stream \(names.stream) has no leader now (its servers are electing one); asking again")
                     return
                 }
-                let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
+                let last = JetStreamLog.lastActionSeq(in: info)
                 if last + 1 < next {
-                    // Answered perhaps by a server without the stream's leader (an election):
-                    // stopped on only if it is still so 10 s later, across reconnects.
-                    if confirmed("short") {
-                        _ = lostRecords(streamLast: last)
-                    } else {
-                        lost("the stream \(names.stream) says it ends at action seq \(last), before the seq \(next - 1) this hub has read; asking again")
-                    }
+                    streamEnds(at: last, says: "the stream \(names.stream) says")
                     return
                 }
                 facts.streamLast = last
@@ -1037,11 +1031,7 @@ extension JetStreamLog {
                         // not yet deposed answers from its own copy too, so this stops the hub
                         // only once NATS has kept saying so for 10 s (as in `adopt`); meanwhile
                         // the link is dropped, and what was in flight is in doubt.
-                        if confirmed("short") {
-                            _ = lostRecords(streamLast: streamLast - 1)
-                        } else {
-                            lost("the stream \(names.stream)'s leader says it ends at action seq \(streamLast - 1), before the seq \(next - 1) this hub has read; asking again")
-                        }
+                        streamEnds(at: streamLast - 1, says: "the stream \(names.stream)'s leader says")
                         return
                     }
                     void(from: index, .conflict(from: item.record.seq, logLast: max(item.expectedLast, streamLast >= 1 ? streamLast - 1 : 0)))
@@ -1071,13 +1061,31 @@ extension JetStreamLog {
             updateAvailability()
         }
 
+        /// The stream's last action seq as its leader gives it; `nil` without an answer, or when
+        /// the stream has no leader (the answer is then one member's copy).
+        private func leaderStreamEnd() -> UInt64? {
+            guard let connection,
+                  let info = try? connection.jetStream("STREAM.INFO." + names.stream, nil),
+                  !JetStreamLog.isLeaderlessAnswer(info) else { return nil }
+            return JetStreamLog.lastActionSeq(in: info)
+        }
+
+        /// NATS (`who` says) that the stream ends at action seq `last`, before what this hub has
+        /// read: the hub stops once NATS has kept saying so for 10 s across reconnects (a cluster
+        /// electing, or a leader not yet deposed, answers from one server's copy); until then the
+        /// link is dropped and asked again.
+        private func streamEnds(at last: UInt64, says who: String) {
+            if confirmed("short") {
+                _ = lostRecords(streamLast: last)
+            } else {
+                lost("\(who) it ends at action seq \(last), before the seq \(next - 1) this hub has read; asking again")
+            }
+        }
+
         /// Asks the stream's leader where the stream ends, and remembers it if that is further
         /// than this hub knew (a leaderless stream's answer is one member's copy, and ignored).
         private func learnStreamEnd() {
-            guard let connection,
-                  let info = try? connection.jetStream("STREAM.INFO." + names.stream, nil),
-                  !JetStreamLog.isLeaderlessAnswer(info) else { return }
-            let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
+            guard let last = leaderStreamEnd() else { return }
             if last > facts.streamLast {
                 facts.streamLast = last
                 publishFacts()
@@ -1095,16 +1103,9 @@ extension JetStreamLog {
         /// again (re-sent with their ids, so one the stream did keep comes back a duplicate); a
         /// stream that ends before what this hub has read is handled as in `adopt`.
         private func recheckStreamEnd() {
-            guard let connection,
-                  let info = try? connection.jetStream("STREAM.INFO." + names.stream, nil),
-                  !JetStreamLog.isLeaderlessAnswer(info) else { return }
-            let last = UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
+            guard let last = leaderStreamEnd() else { return }
             if last + 1 < next {
-                if confirmed("short") {
-                    _ = lostRecords(streamLast: last)
-                } else {
-                    lost("the stream \(names.stream) says it ends at action seq \(last), before the seq \(next - 1) this hub has read; asking again")
-                }
+                streamEnds(at: last, says: "the stream \(names.stream) says")
                 return
             }
             guard last < facts.streamLast else { return }

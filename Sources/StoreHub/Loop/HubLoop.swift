@@ -796,7 +796,7 @@ final class HubLoop {
     private func writeAll(first: [Connection]) {
         writePass &+= 1
         for connection in first where connections[connection.fd] === connection { flush(connection) }
-        for connection in connections.values where connection.writePass != writePass { flush(connection) }
+        for connection in connections.values { flush(connection) }
         compactBacklog()
     }
 
