@@ -127,9 +127,11 @@ func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled
 
 /// Dispatch→ack and dispatch→applied-by-every-replica round trips of one replica (one
 /// dispatch outstanding) while `replicas - 1` worker processes are attached, either idle or
-/// together dispatching `loadRate` actions per second.
+/// together dispatching `loadRate` actions per second. With `onReader`, the dispatching task
+/// prefers the replica's ``ReplicaExecutor`` (it goes on on the reader thread that applied
+/// its ack); without, the global pool resumes it.
 func hubLatency(replicas: Int, samples: Int, loadRate: Double, label: String,
-                log: SharedLogConfiguration? = nil) async throws -> Result {
+                log: SharedLogConfiguration? = nil, onReader: Bool = false) async throws -> Result {
     let hub = try BenchHub { $0.sharedLog = log }
     defer { hub.stop() }
     let workers = try (1..<replicas).map { _ in try WorkerProcess(socket: hub.socket, count: 0, total: 0) }
@@ -147,14 +149,16 @@ func hubLatency(replicas: Int, samples: Int, loadRate: Double, label: String,
     var ackedAt: [UInt64: UInt64] = [:]
     acks.reserveCapacity(samples)
     let warmup = samples / 10
-    for index in 0..<(samples + warmup) {
-        let start = monotonicNanoseconds()
-        let seq = try await replica.dispatch(action)
-        let end = monotonicNanoseconds()
-        guard index >= warmup else { continue }
-        acks.append(Double(end - start) / 1000)
-        sentAt[seq] = start
-        ackedAt[seq] = end
+    try await withTaskExecutorPreference(onReader ? replica.executor : nil) {
+        for index in 0..<(samples + warmup) {
+            let start = monotonicNanoseconds()
+            let seq = try await replica.dispatch(action)
+            let end = monotonicNanoseconds()
+            guard index >= warmup else { continue }
+            acks.append(Double(end - start) / 1000)
+            sentAt[seq] = start
+            ackedAt[seq] = end
+        }
     }
     // Applied everywhere: the latest of the ack here and every worker's apply of that seq.
     var latest = ackedAt
@@ -169,7 +173,8 @@ func hubLatency(replicas: Int, samples: Int, loadRate: Double, label: String,
     let applied = latest.compactMap { seq, at in sentAt[seq].map { Double(at &- $0) / 1000 } }
     return Result(scenario: "hub.latency", params: [("replicas", JSON(replicas)), ("load", .string(label)),
                                                     ("load_actions_per_s", JSON(Int(loadRate))),
-                                                    ("log", log == nil ? "memory" : "nats")],
+                                                    ("log", log == nil ? "memory" : "nats"),
+                                                    ("executor", onReader ? "replica" : "global")],
                   metrics: [("ack_p50_us", percentile(acks, 0.5)), ("ack_p99_us", percentile(acks, 0.99)),
                             ("ack_p999_us", percentile(acks, 0.999)),
                             ("applied_p50_us", percentile(applied, 0.5)), ("applied_p99_us", percentile(applied, 0.99))])

@@ -174,8 +174,14 @@ struct SyncBench {
                     report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, stalled: 1))
                 }
                 if wanted("hub.latency") {
-                    report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000, loadRate: 0, label: "unloaded"))
-                    report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000, loadRate: peak / 2, label: "50%"))
+                    // Each twice: the dispatching task resumed by the global pool (no preference),
+                    // and on the replica's reader thread (`withTaskExecutorPreference(replica.executor)`).
+                    for onReader in [false, true] {
+                        report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000, loadRate: 0, label: "unloaded",
+                                                    onReader: onReader))
+                        report(try await hubLatency(replicas: 4, samples: quick ? 500 : 5_000, loadRate: peak / 2, label: "50%",
+                                                    onReader: onReader))
+                    }
                 }
                 if wanted("hub.rss") { try hubRSS(actions: quick ? 100_000 : 1_000_000).forEach(report) }
             }

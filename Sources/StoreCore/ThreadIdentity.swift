@@ -8,7 +8,7 @@ import Darwin
 
 /// A number that identifies the calling thread while it runs; never 0.
 @inlinable
-func currentThreadID() -> UInt {
+package func currentThreadID() -> UInt {
     #if canImport(Darwin)
     return UInt(bitPattern: pthread_self())
     #else

@@ -6,6 +6,7 @@ extension Replica {
     /// The reader thread: reads and applies the stream; when the link drops, reconnects
     /// (per ``reconnect``) and goes on; when it ends for good, fails what waits and reports.
     func runConnection(decoder initial: FrameDecoder) {
+        executor.readerStarted()
         var decoder = initial
         while true {
             let upstream = link.current
@@ -13,14 +14,17 @@ extension Replica {
             upstream.closeDescriptor(reason: reason.description)
             guard shouldReconnect(after: reason) else {
                 finish(reason)
+                executor.readerEnded()
                 return
             }
             dropped(reason)
+            executor.runQueued()
             switch reconnectLoop(after: reason, resume: !reason.isDivergence) {
             case .success(let next):
                 decoder = next
             case .failure(let final):
                 finish(final)
+                executor.readerEnded()
                 return
             }
         }
@@ -35,6 +39,8 @@ extension Replica {
             var resumeSynced = false
             if let failure = frameHandler(self, &decoder, &resumeSynced) { return failure }
             if resumeSynced { completeResume() }
+            // Tasks this read resumed that prefer ``executor`` go on here, with no lock held.
+            executor.runQueued()
             // While actions flow, compare digests with the hub about once per interval: a
             // replica whose reducer differs finds out within about that long, not at the next
             // checkpoint (every 10 000 actions by default).

@@ -81,6 +81,10 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     public let app: App
     /// The local store: read it, subscribe to it, dispatch through it.
     public let store: Store<App>
+    /// A task executor on which a task awaiting this replica continues on its reader thread,
+    /// with no hop to another thread: `withTaskExecutorPreference(replica.executor) { … }`.
+    /// See ``ReplicaExecutor`` for what it costs the reader.
+    public let executor = ReplicaExecutor()
     /// This replica's id on the current connection, assigned by the hub (a reconnection gets a new one).
     public var replicaID: Int { currentReplica.load(ordering: .acquiring) }
     /// The run id of the hub on the current connection.

@@ -232,20 +232,21 @@ enum _JSONWriter {
     }
 
     static func writeInteger(_ value: UInt64, into buffer: inout [UInt8]) {
-        var digitCount = 1
-        var rest = value
-        while rest >= 10 {
-            rest /= 10
-            digitCount &+= 1
+        if value < 10 {
+            buffer.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value))
+            return
         }
-        let start = buffer.count
-        buffer.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: digitCount))
-        var remaining = value
-        var position = start &+ digitCount &- 1
-        while remaining != 0 {
-            buffer[position] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: remaining % 10)
-            remaining /= 10
-            position &-= 1
+        // Digits laid out backwards in a stack buffer, then appended at once (appending
+        // placeholder zeros and overwriting them cost three times as much).
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var position = 20
+            var remaining = value
+            repeat {
+                position &-= 1
+                digits[position] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: remaining % 10)
+                remaining /= 10
+            } while remaining != 0
+            buffer.append(contentsOf: UnsafeBufferPointer(rebasing: digits[position..<20]))
         }
     }
 

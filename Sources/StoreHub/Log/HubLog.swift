@@ -263,10 +263,11 @@ public struct StorageError: Error, Sendable, Equatable, CustomStringConvertible 
 }
 
 /// The hub without a data directory: nothing survives the process. Every proposal is
-/// appended at the next flush.
+/// appended at the next flush. On the hub's event-loop thread only (stored properties are
+/// `@exclusivity(unchecked)`: see `HubLoop`'s note on exclusivity).
 package final class MemoryLog: HubLog {
-    private var proposedThrough: UInt64?
-    private var events: [LogEvent] = []
+    @exclusivity(unchecked) private var proposedThrough: UInt64?
+    @exclusivity(unchecked) private var events: [LogEvent] = []
     private let history: String
 
     /// Creates a log with a new history.

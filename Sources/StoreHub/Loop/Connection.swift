@@ -53,10 +53,11 @@ enum ConnectionState: Equatable {
 
 /// One client connection, owned by the hub's event-loop thread: its descriptor, its input
 /// buffer, its protocol state, who is at the other end, and what it is owed (``output``).
+/// Stored properties are `@exclusivity(unchecked)`: see ``HubLoop``'s note on exclusivity.
 final class Connection {
     let fd: Int32
-    var decoder: FrameDecoder
-    var state: ConnectionState = .greeting {
+    @exclusivity(unchecked) var decoder: FrameDecoder
+    @exclusivity(unchecked) var state: ConnectionState = .greeting {
         didSet {
             isClosing = state.isClosing
             if case .attached(let replica, _, _) = state { attachedReplica = replica } else { attachedReplica = nil }
@@ -64,40 +65,40 @@ final class Connection {
     }
     /// `state.isClosing`, kept as a plain flag: the per-frame and per-pass paths read it
     /// without copying the state (an enum holding strings).
-    private(set) var isClosing = false
+    @exclusivity(unchecked) private(set) var isClosing = false
     /// The replica id while `state` is `attached`, else `nil` (read per dispatch, as above).
-    private(set) var attachedReplica: Int?
+    @exclusivity(unchecked) private(set) var attachedReplica: Int?
     /// Who connected (`SO_PEERCRED` / `getpeereid`).
     let peer: PeerCredentials
     /// The client closed (or half-closed) its side; frames already buffered are still handled.
-    var inputEnded = false
+    @exclusivity(unchecked) var inputEnded = false
     /// The per-pass frame budget ran out with frames possibly still buffered, or frames were
     /// held back while the sequencer settles.
-    var moreFrames = false
+    @exclusivity(unchecked) var moreFrames = false
     /// When the connection was accepted or last sent a complete frame (for `--idle-timeout`).
-    var lastFrameAt: ContinuousClock.Instant = .now
+    @exclusivity(unchecked) var lastFrameAt: ContinuousClock.Instant = .now
     /// Since when bytes of an incomplete frame have been buffered (`nil`: none).
-    var partialSince: ContinuousClock.Instant?
+    @exclusivity(unchecked) var partialSince: ContinuousClock.Instant?
     /// No more frames are handled: the client ended its input, or sent a frame the hub
     /// refuses. The end waits in the pipeline behind the connection's earlier requests, so
     /// every answer (and every action it dispatched) is sent before the `error` or the close.
-    var ending = false
+    @exclusivity(unchecked) var ending = false
     /// Its requests in the hub's pipeline, not yet answered (an answer that could go at once
     /// waits behind them, so the connection's answers keep their order).
-    var held = 0
+    @exclusivity(unchecked) var held = 0
     /// What is owed to it.
-    var output = ConnectionOutput()
+    @exclusivity(unchecked) var output = ConnectionOutput()
     /// The hub loop's last write pass that visited it (each visits a connection once).
-    var writePass: UInt64 = 0
+    @exclusivity(unchecked) var writePass: UInt64 = 0
     /// Its session's entry in the session table, once attached with a session.
-    var session: SessionEntry?
+    @exclusivity(unchecked) var session: SessionEntry?
     /// A `hello` resuming ahead of this hub's applied seq (a shared log): its welcome waits,
     /// and so do the connection's later frames, until the hub catches up or the deadline passes.
-    var awaitingWelcome: (replica: Int, resume: ResumePoint, deadline: ContinuousClock.Instant)?
+    @exclusivity(unchecked) var awaitingWelcome: (replica: Int, resume: ResumePoint, deadline: ContinuousClock.Instant)?
     /// Until when a full `welcome` queued for it must have been read (`--welcome-timeout`).
-    var welcomeDeadline: ContinuousClock.Instant?
+    @exclusivity(unchecked) var welcomeDeadline: ContinuousClock.Instant?
     /// The private byte count at which that welcome is fully written.
-    var welcomeEnd: UInt64 = 0
+    @exclusivity(unchecked) var welcomeEnd: UInt64 = 0
 
     init(fd: Int32, maxFrameBytes: Int, peer: PeerCredentials) {
         self.fd = fd

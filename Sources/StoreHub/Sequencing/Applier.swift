@@ -9,22 +9,23 @@ import SyncCore
 /// the `action` frame (and its `checkpoint`) to the shared ``Backlog`` every replica reads.
 /// Snapshots are written from here, every `snapshotEvery` actions.
 ///
-/// On the event-loop thread only.
+/// On the event-loop thread only. Stored properties are `@exclusivity(unchecked)`: see
+/// ``HubLoop``'s note on exclusivity.
 final class Applier {
     let engine: HubEngine
     /// The seq of the last applied record (0 before the first).
-    private(set) var seq: UInt64 = 0
+    @exclusivity(unchecked) private(set) var seq: UInt64 = 0
     /// The applied frames, read by every attached replica at its own position.
     let backlog: Backlog
     /// Sequenced dispatch ids per client session (exactly-once dispatch).
-    private(set) var sessions: SessionTable
+    @exclusivity(unchecked) private(set) var sessions: SessionTable
     /// Own records appended whose actions are in the speculative state but not yet in the
     /// root state (applied there lazily, or adopted with the speculative state).
-    private var pendingRoot: [LogRecord] = []
+    @exclusivity(unchecked) private var pendingRoot: [LogRecord] = []
     /// Frames appended since the last ``releaseFrames()``, back to back, and where each starts.
-    private var frames: [UInt8] = []
-    private var frameStarts: [Int] = []
-    private var framesFirst: UInt64 = 1
+    @exclusivity(unchecked) private var frames: [UInt8] = []
+    @exclusivity(unchecked) private var frameStarts: [Int] = []
+    @exclusivity(unchecked) private var framesFirst: UInt64 = 1
     private let note: @Sendable (String) -> Void
     /// Whether the engine keeps the root state apart from the speculative one.
     let keepsRoot: Bool

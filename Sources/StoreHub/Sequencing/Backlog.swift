@@ -22,14 +22,15 @@ import Darwin
 /// and it comes back by resuming or re-attaching.
 ///
 /// Owned by the ``Sequencer`` (which appends) and read by the ``HubLoop`` (which writes),
-/// both on the event-loop thread.
+/// both on the event-loop thread. Stored properties are `@exclusivity(unchecked)`: see
+/// ``HubLoop``'s note on exclusivity.
 final class Backlog {
     /// One block of frames: its memory never moves, so a gathered write can point into it.
     private final class Block {
         /// The absolute position of the first byte.
         let start: UInt64
         let memory: UnsafeMutableRawBufferPointer
-        var count = 0
+        @exclusivity(unchecked) var count = 0
 
         init(start: UInt64, capacity: Int) {
             self.start = start
@@ -43,14 +44,14 @@ final class Backlog {
     }
 
     /// The blocks in memory, oldest first; contiguous in positions.
-    private var blocks: [Block] = []
+    @exclusivity(unchecked) private var blocks: [Block] = []
     /// The absolute position just past the newest byte.
-    private(set) var end: UInt64 = 0
+    @exclusivity(unchecked) private(set) var end: UInt64 = 0
     /// `offsets[i]` is the absolute position where the frame of seq `firstSeq + i - head` starts.
-    private var offsets: [UInt64] = []
+    @exclusivity(unchecked) private var offsets: [UInt64] = []
     /// The seq of `offsets[head]`, the oldest frame in the window.
-    private var firstSeq: UInt64 = 1
-    private var head = 0
+    @exclusivity(unchecked) private var firstSeq: UInt64 = 1
+    @exclusivity(unchecked) private var head = 0
     /// The least number of frames held, whatever their size.
     let minimumActions: Int
     /// The most bytes held once `minimumActions` frames are.

@@ -70,9 +70,11 @@ struct HubEngine: Sendable {
     final class States<State>: @unchecked Sendable {
         // @unchecked: the hub touches these only from its event-loop thread (and from `Hub.init`
         // before that thread starts); the box exists so the engine's closures can share them.
-        @usableFromInline var root: State?
-        @usableFromInline var speculative: State
-        @usableFromInline var keepsRoot = true
+        // Exclusivity unchecked: see `HubLoop`'s note; the reducer gets `speculative` or `root`
+        // inout and cannot reach this box (the engine's closures hold it, the app does not).
+        @exclusivity(unchecked) @usableFromInline var root: State?
+        @exclusivity(unchecked) @usableFromInline var speculative: State
+        @exclusivity(unchecked) @usableFromInline var keepsRoot = true
         @usableFromInline init(_ state: State) {
             speculative = state
         }

@@ -10,7 +10,8 @@ import SyncCore
 /// applier copies from. Nothing here touches the applied (root) state or advances the
 /// applied seq.
 ///
-/// On the event-loop thread only.
+/// On the event-loop thread only. Stored properties are `@exclusivity(unchecked)`: see
+/// ``HubLoop``'s note on exclusivity.
 final class Proposer {
     /// A proposal the log has not yet appended.
     struct InFlight {
@@ -34,16 +35,16 @@ final class Proposer {
 
     let engine: HubEngine
     /// The seq of the last proposal (the applied seq when nothing is in flight).
-    private(set) var seq: UInt64 = 0
+    @exclusivity(unchecked) private(set) var seq: UInt64 = 0
     /// Proposals not yet appended, oldest first (from `head`).
-    private var inFlight: [InFlight] = []
-    private var head = 0
+    @exclusivity(unchecked) private var inFlight: [InFlight] = []
+    @exclusivity(unchecked) private var head = 0
     /// The frames of the proposals in flight, back to back (reset when none is in flight).
-    private(set) var frames: [UInt8] = []
+    @exclusivity(unchecked) private(set) var frames: [UInt8] = []
     /// How a proposal gets a checkpoint digest.
     private let checkpointEvery: UInt64
     /// Bumped whenever the speculative state is reset (so cached serialisations of it are stale).
-    private(set) var epoch = 0
+    @exclusivity(unchecked) private(set) var epoch = 0
 
     init(engine: HubEngine, checkpointEvery: UInt64) {
         self.engine = engine
@@ -62,7 +63,7 @@ final class Proposer {
 
     /// Set when a checkpoint is due by time (``Sequencer`` sets it once per
     /// `--checkpoint-interval` while actions flow): the next proposal carries one.
-    var checkpointDue = false
+    @exclusivity(unchecked) var checkpointDue = false
 
     /// Starts over from the applied state at `applied` (start-up, or after proposals were voided).
     func restart(at applied: UInt64) {

@@ -17,7 +17,8 @@ import SyncCore
 /// speculative state is reset once nothing else is in flight, and the loop judges the
 /// voided dispatches again.
 ///
-/// On the event-loop thread only.
+/// On the event-loop thread only. Stored properties are `@exclusivity(unchecked)`: see
+/// ``HubLoop``'s note on exclusivity.
 final class Sequencer {
     let engine: HubEngine
     let log: any HubLog
@@ -25,24 +26,27 @@ final class Sequencer {
     let history: String
     private let proposer: Proposer
     private let applier: Applier
-    private var gate = DurabilityGate()
+    @exclusivity(unchecked) private var gate = DurabilityGate()
     /// After proposals were voided: no new judging until every proposal still in flight is
     /// appended and the speculative state is reset.
-    private var settling = false
+    @exclusivity(unchecked) private var settling = false
     /// After a conflict: no new judging until the applied seq reaches this (the log's end).
-    private var catchUpTo: UInt64 = 0
-    private var events: [LogEvent] = []
-    private var lastExpiry = ContinuousClock.now
+    @exclusivity(unchecked) private var catchUpTo: UInt64 = 0
+    @exclusivity(unchecked) private var events: [LogEvent] = []
+    @exclusivity(unchecked) private var lastExpiry = ContinuousClock.now
     /// At most one checkpoint per this much time while actions flow (`nil`: by seq only).
     private let checkpointInterval: Duration?
+    /// Twice ``checkpointInterval``: a quiet spell this long starts a new flow. Computed once
+    /// (`Duration * Int` goes through `Int128` and cost 400 instructions per dispatch).
+    private let quietSpell: Duration
     /// When the last time-due checkpoint was asked for, or the current flow of actions began.
-    private var lastCheckpointAt = ContinuousClock.now
+    @exclusivity(unchecked) private var lastCheckpointAt = ContinuousClock.now
     /// When the last dispatch was judged (a gap of an interval ends a flow).
-    private var lastDispatchAt = ContinuousClock.now - .seconds(86_400)
+    @exclusivity(unchecked) private var lastDispatchAt = ContinuousClock.now - .seconds(86_400)
     private let snapshotEvery: UInt64
-    private var lastSnapshotSeq: UInt64 = 0
-    private var nextReplica = 1
-    private var replicaLeaseEnd = 0
+    @exclusivity(unchecked) private var lastSnapshotSeq: UInt64 = 0
+    @exclusivity(unchecked) private var nextReplica = 1
+    @exclusivity(unchecked) private var replicaLeaseEnd = 0
     private let note: @Sendable (String) -> Void
 
     /// What one pump found that the event loop must act on.
@@ -63,6 +67,7 @@ final class Sequencer {
          note: @escaping @Sendable (String) -> Void) throws(StorageError) {
         self.engine = engine
         self.checkpointInterval = checkpointInterval.flatMap { $0 > .zero ? $0 : nil }
+        self.quietSpell = (self.checkpointInterval ?? .zero) * 2
         self.log = log
         self.snapshotEvery = UInt64(max(1, snapshotEvery))
         self.note = note
@@ -95,7 +100,7 @@ final class Sequencer {
     }
 
     /// What the log held at start (for the start-up line); released after it is read.
-    private(set) var recoveredFrom: LogStart?
+    @exclusivity(unchecked) private(set) var recoveredFrom: LogStart?
 
     /// Forgets what the log held at start.
     func dropRecovery() { recoveredFrom = nil }
@@ -148,7 +153,7 @@ final class Sequencer {
             // starts with an action after a quiet spell of two intervals, and its first
             // interval carries none: a few dispatches at a time are never followed by one.
             let now = ContinuousClock.now
-            if now - lastDispatchAt >= interval * 2 {
+            if now - lastDispatchAt >= quietSpell {
                 lastCheckpointAt = now
             } else if now - lastCheckpointAt >= interval {
                 proposer.checkpointDue = true
@@ -275,11 +280,11 @@ final class Sequencer {
     static let replicaBlock = 1_024
 
     /// The next block of replica ids, reserved ahead (so a hello never waits for the log).
-    private var spareReplicaIDs: Range<Int>?
+    @exclusivity(unchecked) private var spareReplicaIDs: Range<Int>?
     /// A reservation was asked for and not answered yet.
-    private var replicaIDsRequested = false
+    @exclusivity(unchecked) private var replicaIDsRequested = false
     /// When the last reservation failed (asked again at most once a second).
-    private var replicaIDsFailedAt: ContinuousClock.Instant?
+    @exclusivity(unchecked) private var replicaIDsFailedAt: ContinuousClock.Instant?
 
     /// A new replica id, unique within the history, also across restarts and crashes (and,
     /// with a shared log, across hubs): ids are reserved durably in blocks before they are
@@ -337,7 +342,7 @@ final class Sequencer {
         let digest: String
     }
 
-    private var snapshotCache: (snapshot: Snapshot, epoch: Int)?
+    @exclusivity(unchecked) private var snapshotCache: (snapshot: Snapshot, epoch: Int)?
 
     /// The state as of ``proposedSeq``: the applied state plus every proposal in flight,
     /// serialised at most once per seq.
@@ -351,7 +356,7 @@ final class Sequencer {
         return snapshot
     }
 
-    private var appliedCache: Snapshot?
+    @exclusivity(unchecked) private var appliedCache: Snapshot?
 
     /// The state as of ``appliedSeq`` (without the proposals in flight), serialised at most
     /// once per seq: what `status` and `welcome` answer while the log cannot take anything.

@@ -1,0 +1,130 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import BuiltinApps
+import StoreReplica
+import SyncCore
+import Synchronization
+import Testing
+
+/// The calling thread, as a number (for comparing threads only).
+private func threadNumber() -> UInt {
+    #if canImport(Darwin)
+    UInt(bitPattern: pthread_self())
+    #else
+    UInt(pthread_self())
+    #endif
+}
+
+/// Learns the replica's reader thread: its action observers run there.
+private func readerThread(of replica: Replica<CounterApp>) async throws -> UInt {
+    let seen = Atomic<UInt>(0)
+    let token = replica.observeActions { _ in seen.store(threadNumber(), ordering: .releasing) }
+    defer { token.cancel() }
+    try await replica.dispatch(.increment)
+    try await waitUntil("an observer call on the reader thread") { seen.load(ordering: .acquiring) != 0 }
+    return seen.load(ordering: .acquiring)
+}
+
+@Suite("ReplicaExecutor: tasks awaiting the hub go on on the reader thread")
+struct ReplicaExecutorTests {
+    @Test("with the preference a task resumes on the reader thread after dispatch, sync and status; without it, elsewhere")
+    func resumesOnReader() async throws {
+        let hub = try InProcessHub(CounterApp())
+        let replica = try hub.attach()
+        defer { replica.close() }
+        let reader = try await readerThread(of: replica)
+        let onReader = try await withTaskExecutorPreference(replica.executor) { () async throws -> [Bool] in
+            var answers: [Bool] = []
+            try await replica.dispatch(.increment)
+            answers.append(threadNumber() == reader)
+            _ = try await replica.sync()
+            answers.append(threadNumber() == reader)
+            _ = try await replica.status()
+            answers.append(threadNumber() == reader)
+            // The state already holds the action when the task goes on.
+            answers.append(replica.store.state.count == 2)
+            return answers
+        }
+        #expect(onReader == [true, true, true, true])
+        try await replica.dispatch(.increment)
+        #expect(threadNumber() != reader, "without a preference the global pool resumes the task")
+        replica.close()
+        try await hub.stop()
+    }
+
+    @Test("many tasks on the executor dispatch concurrently; every dispatch is answered once and the state converges")
+    func manyTasks() async throws {
+        let hub = try InProcessHub(CounterApp())
+        let replica = try hub.attach()
+        defer { replica.close() }
+        let other = try hub.attach()
+        defer { other.close() }
+        let tasks = 8, each = 100
+        let seqs = try await withThrowingTaskGroup(of: [UInt64].self) { group in
+            for _ in 0..<tasks {
+                group.addTask(executorPreference: replica.executor) {
+                    var seqs: [UInt64] = []
+                    for _ in 0..<each { seqs.append(try await replica.dispatch(.increment)) }
+                    return seqs
+                }
+            }
+            var all: [[UInt64]] = []
+            for try await seqs in group { all.append(seqs) }
+            return all
+        }
+        // Each task's seqs rise (one outstanding at a time), and no seq is given twice.
+        for list in seqs { #expect(list == list.sorted()) }
+        #expect(Set(seqs.joined()).count == tasks * each)
+        #expect(replica.store.state.count == tasks * each)
+        try await other.sync()
+        #expect(other.store.state.count == tasks * each)
+        try await hub.stop()
+    }
+
+    @Test("a task on the reader thread may close the replica; a later task with the preference still runs and learns it is closed")
+    func closeFromReader() async throws {
+        let hub = try InProcessHub(CounterApp())
+        let replica = try hub.attach()
+        defer { replica.close() }
+        try await withTaskExecutorPreference(replica.executor) {
+            try await replica.dispatch(.increment)
+            replica.close()   // on the reader thread: must not wait for itself
+        }
+        let reason = try await withDeadline("the replica to end") { await replica.waitUntilDisconnected() }
+        #expect(reason.description.contains("closed by this replica"))
+        // The reader has ended: the executor hands jobs to the global pool, which runs them.
+        let outcome = await withTaskExecutorPreference(replica.executor) { () async -> Result<UInt64, ReplicaError> in
+            do throws(ReplicaError) { return .success(try await replica.dispatch(.increment)) } catch { return .failure(error) }
+        }
+        guard case .failure(.disconnected) = outcome else {
+            Issue.record("a dispatch after close must fail disconnected, got \(outcome)")
+            return
+        }
+        try await hub.stop()
+    }
+
+    @Test("a task waiting on the executor when the hub stops is resumed with the failure")
+    func hubStops() async throws {
+        let hub = try InProcessHub(CounterApp())
+        let replica = try hub.attach()
+        defer { replica.close() }
+        let waiting = Task(executorPreference: replica.executor) { () async -> ReplicaError? in
+            do throws(ReplicaError) {
+                // Dispatches until the hub is gone; the last one fails.
+                while true { try await replica.dispatch(.increment) }
+            } catch {
+                return error
+            }
+        }
+        try await waitUntil("a few dispatches from the task") { replica.store.state.count > 10 }
+        try await hub.stop()
+        let error = try await withDeadline("the waiting task to end") { await waiting.value }
+        guard case .disconnected? = error else {
+            Issue.record("expected disconnected, got \(String(describing: error))")
+            return
+        }
+    }
+}
