@@ -117,30 +117,30 @@ private struct CanonicalEditReader {
     /// A string of printable ASCII with no `"`, `\` or `~`, as a pointer: `""` or `/`-separated
     /// tokens taken as they are (nothing to unescape).
     private mutating func pointerValue() -> JSONPointer? {
-        guard take(UInt8(ascii: "\"")) else { return nil }
-        let start = cursor
+        guard take(UInt8(ascii: "\"")), cursor < bytes.count else { return nil }
+        if bytes[cursor] == UInt8(ascii: "\"") {
+            cursor += 1
+            return .root
+        }
+        guard bytes[cursor] == UInt8(ascii: "/") else { return nil }
+        // One pass: each token is cut as its end is found.
+        var tokens: [String] = []
+        tokens.reserveCapacity(4)
+        cursor += 1
+        var tokenStart = cursor
         while cursor < bytes.count {
             let byte = bytes[cursor]
-            if byte == UInt8(ascii: "\"") { break }
+            if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "/") {
+                tokens.append(String(decoding: UnsafeRawBufferPointer(rebasing: bytes[tokenStart..<cursor]), as: UTF8.self))
+                cursor += 1
+                if byte == UInt8(ascii: "\"") { return JSONPointer(tokens: tokens) }
+                tokenStart = cursor
+                continue
+            }
             guard byte >= 0x20, byte < 0x7F, byte != UInt8(ascii: "\\"), byte != UInt8(ascii: "~") else { return nil }
             cursor += 1
         }
-        guard cursor < bytes.count else { return nil }
-        let end = cursor
-        cursor += 1  // the closing quote
-        guard end > start else { return .root }
-        guard bytes[start] == UInt8(ascii: "/") else { return nil }
-        var slashes = 0
-        for index in start..<end where bytes[index] == UInt8(ascii: "/") { slashes += 1 }
-        var tokens: [String] = []
-        tokens.reserveCapacity(slashes)
-        var tokenStart = start + 1
-        for index in (start + 1)..<end where bytes[index] == UInt8(ascii: "/") {
-            tokens.append(String(decoding: UnsafeRawBufferPointer(rebasing: bytes[tokenStart..<index]), as: UTF8.self))
-            tokenStart = index + 1
-        }
-        tokens.append(String(decoding: UnsafeRawBufferPointer(rebasing: bytes[tokenStart..<end]), as: UTF8.self))
-        return JSONPointer(tokens: tokens)
+        return nil
     }
 
     /// A finite number (its token runs to the next `,` or `}`).

@@ -131,6 +131,7 @@ private struct CanonicalScanner {
     private mutating func string() -> Range<Int>? {
         cursor += 1
         let start = cursor
+        cursor = skipPlainASCIIWords(bytes, from: cursor)
         while cursor < bytes.count {
             let byte = bytes[cursor]
             switch byte {

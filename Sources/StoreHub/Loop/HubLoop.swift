@@ -370,6 +370,8 @@ final class HubLoop {
         // Read once per batch, and again only after a decision that may change it: a
         // dispatch never does (a failure closes the connection, which `isClosing` shows).
         var state = connection.state
+        var attached = false
+        if case .attached = state { attached = true }
         while !connection.isClosing, connections[connection.fd] === connection {
             guard budget > 0 else {
                 connection.moreFrames = true
@@ -379,7 +381,10 @@ final class HubLoop {
             let decision: HubDecision?
             do throws(FrameError) {
                 // Zero-copy: the payload is decided on where it lies in the decoder's buffer.
-                decision = try connection.decoder.decodeNext { payload in HubProtocol.decide(payload, state: state, facts: facts) }
+                decision = try connection.decoder.decodeNext { payload in
+                    HubProtocol.decideCanonicalDispatch(payload, attached: attached)
+                        ?? HubProtocol.decideParsing(payload, state: state, facts: facts)
+                }
             } catch {
                 switch error {
                 case .emptyFrame:
@@ -396,7 +401,11 @@ final class HubLoop {
                 return
             }
             carryOut(decision, for: connection)
-            if case .dispatch = decision {} else { state = connection.state }
+            if case .dispatch = decision {} else {
+                state = connection.state
+                attached = false
+                if case .attached = state { attached = true }
+            }
         }
     }
 

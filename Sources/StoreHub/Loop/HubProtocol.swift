@@ -58,12 +58,34 @@ enum HubProtocol {
     ///   - facts: The hub's app and history.
     /// - Returns: The decision.
     static func decide(_ payload: UnsafeRawBufferPointer, state: ConnectionState, facts: HubFacts) -> HubDecision {
-        // The common case, a canonical dispatch from an attached replica, parses nothing: its
-        // action's bytes are kept as they are (every other frame, and every refusal, takes the
-        // general path below).
-        if case .attached = state, let (id, action) = ClientMessage.canonicalDispatch(payload) {
-            return .dispatch(id: id, action: WireAction(canonical: Array(payload[action])))
-        }
+        var attached = false
+        if case .attached = state { attached = true }
+        return decideCanonicalDispatch(payload, attached: attached) ?? decideParsing(payload, state: state, facts: facts)
+    }
+
+    /// The common case of ``decide(_:state:facts:)``: a canonical dispatch from an attached
+    /// replica parses nothing, its action's bytes kept as they are. `nil` for every other
+    /// frame, which ``decideParsing(_:state:facts:)`` decides. Needs no ``ConnectionState``
+    /// (the event loop asks it first, without copying the state for every frame).
+    ///
+    /// - Parameters:
+    ///   - payload: The frame's payload bytes.
+    ///   - attached: Whether the connection is attached.
+    /// - Returns: The dispatch, or `nil`.
+    static func decideCanonicalDispatch(_ payload: UnsafeRawBufferPointer, attached: Bool) -> HubDecision? {
+        guard attached, let (id, action) = ClientMessage.canonicalDispatch(payload) else { return nil }
+        return .dispatch(id: id, action: WireAction(canonical: Array(payload[action])))
+    }
+
+    /// ``decide(_:state:facts:)`` by parsing the frame: every frame but a canonical dispatch
+    /// from an attached replica (for which it decides the same, only slower).
+    ///
+    /// - Parameters:
+    ///   - payload: The frame's payload bytes.
+    ///   - state: The connection's state.
+    ///   - facts: The hub's app and history.
+    /// - Returns: The decision.
+    static func decideParsing(_ payload: UnsafeRawBufferPointer, state: ConnectionState, facts: HubFacts) -> HubDecision {
         let json: JSON
         do {
             json = try JSON(parsing: payload)

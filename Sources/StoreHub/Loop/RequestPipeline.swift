@@ -165,10 +165,11 @@ struct RequestPipeline {
     ///   - deliver: Carries out one answer (the connection, the answer, and the seq it follows).
     mutating func release(upTo applied: UInt64, deliver: (Connection, Judgment, UInt64) -> Void) {
         while head < firstUnjudged, let judgment = entries[head].judgment, entries[head].after <= applied {
-            let entry = entries[head]
+            // The fields, not the entry: copying the entry would copy its request (an action) too.
+            let connection = entries[head].connection, after = entries[head].after
             head += 1
-            entry.connection.held -= 1
-            deliver(entry.connection, judgment, entry.after)
+            connection.held -= 1
+            deliver(connection, judgment, after)
         }
         if head == entries.count {
             entries.removeAll(keepingCapacity: entries.capacity <= 4096)
