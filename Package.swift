@@ -33,12 +33,13 @@ let package = Package(
         .target(name: "StoreCore"),
         .target(name: "SyncProtocol"),
         .target(name: "CSyncPOSIX"),
+        .target(name: "CSyncCRC"),
         .target(name: "SyncPOSIX", dependencies: ["CSyncPOSIX"]),
         .target(name: "SyncCore", dependencies: ["StoreCore", "SyncProtocol"]),
         .target(name: "BuiltinApps", dependencies: ["SyncCore"]),
         // A NATS client of our own (TCP, the text protocol, JetStream's JSON API): the shared log.
         .target(name: "NATSClient", dependencies: ["SyncProtocol", "SyncPOSIX"]),
-        .target(name: "StoreHub", dependencies: ["SyncCore", "SyncPOSIX", "NATSClient"]),
+        .target(name: "StoreHub", dependencies: ["SyncCore", "SyncPOSIX", "NATSClient", "CSyncCRC"]),
         .target(name: "StoreReplica", dependencies: ["SyncCore", "SyncPOSIX"]),
         // For users' test targets: TestStore (exhaustive reducer tests), DeterminismCheck.
         .target(name: "StoreSyncTesting", dependencies: ["SyncCore", "StoreReplica"]),

@@ -370,7 +370,9 @@ package final class JetStreamLog: HubLog {
         guard tokens.count > index, let streamSeq = UInt64(tokens[index]), streamSeq >= 1 else {
             throw StorageError("a delivery from \(names.stream) without a stream sequence")
         }
-        guard let json = try? JSON(parsing: message.payload), let record = LogRecord(json: json), record.seq == streamSeq - 1 else {
+        let read = message.payload.withUnsafeBytes { LogRecord(canonicalBody: $0) }
+            ?? (try? JSON(parsing: message.payload)).flatMap { LogRecord(json: $0) }
+        guard let record = read, record.seq == streamSeq - 1 else {
             throw StorageError("stream sequence \(streamSeq) of \(names.stream) does not hold action seq \(streamSeq - 1): the stream was written by something other than a StoreSync hub", isDataProblem: true)
         }
         return record

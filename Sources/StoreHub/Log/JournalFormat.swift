@@ -161,6 +161,8 @@ enum JournalFormat {
             let seq = UInt64(readUInt32(body, at: 0)) << 32 | UInt64(readUInt32(body, at: 4))
             return .success((.commit(Commit(seq: seq, bytes: Int(readUInt32(body, at: 8)), crc: readUInt32(body, at: 12))), next))
         }
+        // A record as this hub writes it is read without a tree; anything else is parsed.
+        if kind == 0, let record = LogRecord(canonicalBody: body) { return .success((.record(record), next)) }
         let json: JSON
         do {
             json = try JSON(parsing: body)

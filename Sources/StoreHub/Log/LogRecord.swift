@@ -75,6 +75,54 @@ package struct LogRecord: Sendable, Equatable {
         return .object(members)
     }
 
+    /// Reads a record's body written canonically, as ``writeBody(into:)`` writes it, without a
+    /// tree: the action's bytes are kept as they are (the hub and the app decode them as a
+    /// dispatch's), the other members parsed one by one. Recovery and a shared log's reader
+    /// try it first: a journal of a million records replays in about half the time.
+    ///
+    /// - Parameter body: The body's bytes.
+    /// - Returns: The record, or `nil` when the body is not of that shape (another member order,
+    ///   an unknown member, an action outside ``JSON/isCanonical(_:maxDepth:)``'s subset, a
+    ///   member of an unexpected type): read it with ``init(json:)``, which decides the same.
+    package init?(canonicalBody body: UnsafeRawBufferPointer) {
+        var seq: UInt64?, origin: Int?, id: DispatchID?, action: [UInt8]?
+        var session: String?, checkpoint: String?
+        func scalar(_ value: UnsafeRawBufferPointer) -> JSON? { try? JSON(parsing: value, maxDepth: 0) }
+        let whole = CanonicalObjectReader.forEachMember(in: body) { name, value in
+            if Self.name(name, is: "action") {
+                // As deep as the whole body may nest (the parser's limit), less the body's own level.
+                guard JSON.isCanonical(value, maxDepth: 511) else { return false }
+                action = Array(value)
+            } else if Self.name(name, is: "checkpoint") {
+                guard case .string(let text)? = scalar(value) else { return false }
+                checkpoint = text
+            } else if Self.name(name, is: "id") {
+                guard let json = scalar(value), let parsed = DispatchID(json: json) else { return false }
+                id = parsed
+            } else if Self.name(name, is: "origin") {
+                guard let number = scalar(value)?.intValue else { return false }
+                origin = number
+            } else if Self.name(name, is: "seq") {
+                guard let number = scalar(value)?.intValue, number > 0 else { return false }
+                seq = UInt64(number)
+            } else if Self.name(name, is: "session") {
+                guard case .string(let text)? = scalar(value) else { return false }
+                session = text
+            } else {
+                return false
+            }
+            return true
+        }
+        guard whole, let seq, let origin, let id, let action else { return nil }
+        self.init(seq: seq, origin: origin, id: id, session: session, wire: WireAction(canonical: action), checkpoint: checkpoint)
+    }
+
+    /// Whether a member name's bytes are `expected`.
+    private static func name(_ name: UnsafeRawBufferPointer, is expected: StaticString) -> Bool {
+        name.count == expected.utf8CodeUnitCount
+            && name.elementsEqual(UnsafeBufferPointer(start: expected.utf8Start, count: expected.utf8CodeUnitCount))
+    }
+
     /// Reads a record's body.
     ///
     /// - Parameter json: The body.
