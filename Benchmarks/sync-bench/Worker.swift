@@ -24,7 +24,8 @@ func monotonicNanoseconds() -> UInt64 {
 /// stdin for one of:
 /// - `go`: it dispatches its `count` actions (through its store, as an app would; with
 ///   `window` > 0 at most that many of its own outstanding at once), waits until it has
-///   applied `total` actions, and prints `done SEQ DIGEST`. With `count` 0 it stays attached
+///   applied `total` actions, prints `done SEQ DIGEST`, and stays attached until stdin
+///   closes (the parent reads its CPU counters first). With `count` 0 it stays attached
 ///   until stdin closes.
 /// - `load RATE ORIGIN`: it dispatches about RATE actions per second and notes when it
 ///   applies each action from replica ORIGIN, until `stop`; then it prints `probe SEQ NS`
@@ -78,6 +79,9 @@ private func dispatchAndFinish<App: SyncApp>(_ replica: Replica<App>, count: Int
     if total > 0, replica.seq < target { reached.wait() }
     token.cancel()
     Console.out("done \(replica.seq) \(replica.app.digest(of: replica.store.state))")
+    // Every thread stays until the parent has read their CPU counters (a thread that has
+    // ended takes its counters with it): it closes stdin once it has.
+    while readLine() != nil {}
     replica.close()
 }
 

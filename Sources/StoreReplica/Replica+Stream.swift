@@ -17,24 +17,43 @@ extension Replica {
             case applied(AppliedAction<App.Action>)
         }
 
+        /// What the actions of one read are checked against, read under one lock at the read's
+        /// first action (not once per action): the observers and this replica's ids. Neither
+        /// can change in a way a read must see: the ids change only when this thread
+        /// reconnects, and an observer added meanwhile hears from the next read on.
+        @usableFromInline struct View {
+            @usableFromInline let observers: [Observer]
+            /// The ``observeActions(_:)`` observers, not copied into every step.
+            @usableFromInline let actionObservers: [ActionObserver]
+            /// This replica's ids in this history: only an action from one of them can answer
+            /// a dispatch of this replica (the shared lock is taken for those only).
+            @usableFromInline let ownReplicas: Set<Int>
+
+            @inlinable init(observers: [Observer], actionObservers: [ActionObserver], ownReplicas: Set<Int>) {
+                self.observers = observers
+                self.actionObservers = actionObservers
+                self.ownReplicas = ownReplicas
+            }
+        }
+
         @usableFromInline var steps: [Step] = []
-        /// The ``observeActions(_:)`` observers, read once per batch (under the first action's
-        /// lock), not copied into every step.
-        @usableFromInline var actionObservers: [ActionObserver]?
+        /// Read at the read's first action.
+        @usableFromInline var view: View?
 
         @inlinable init() {}
 
         /// Carries them out, with no lock held.
         @inlinable
         func run() {
-            for step in steps {
-                switch step {
+            // By index: `for step in steps` copied each step out whole first.
+            for index in steps.indices {
+                switch steps[index] {
                 case .acknowledged(let continuation, let seq): continuation.resume(returning: seq)
                 case .refused(let continuation, let error): continuation.resume(throwing: error)
                 case .status(let continuation, let status): continuation.resume(returning: status)
                 case .synced(let continuation, let seq): continuation.resume(returning: seq)
                 case .event(let observers, let event): for observer in observers { observer.callback(event) }
-                case .applied(let action): for observer in actionObservers ?? [] { observer.callback(action) }
+                case .applied(let action): for observer in view?.actionObservers ?? [] { observer.callback(action) }
                 }
             }
         }
@@ -192,26 +211,30 @@ extension Replica {
             return .diverged("this replica's reducer refused sequenced action \(seq): \(app.describe(error))")
         }
         lastSeq.store(seq, ordering: .releasing)
-        // No tuple crosses the lock: where this runs unspecialised (a replica attached from
-        // generic code), a tuple of generic types costs a locked metadata look-up per action.
-        var ack: ReplyWaiter<UInt64>?
-        let firstOfBatch = deliveries.actionObservers == nil
-        var actionObservers: [ActionObserver]?
-        let observers = shared.withLock { shared -> [Observer] in
-            // Ours if this replica held that id in this history (a resume replays actions
-            // dispatched over an earlier connection, under its earlier replica id).
-            if shared.ledger.sequenced(origin: origin, id: id) != nil {
-                ack = shared.acks.removeValue(forKey: id)
+        // A struct, not a tuple, crosses the lock: where this runs unspecialised (a replica
+        // attached from generic code), a tuple of generic types costs a locked metadata
+        // look-up each time.
+        let view: Deliveries.View
+        if let known = deliveries.view {
+            view = known
+        } else {
+            view = shared.withLock { shared in
+                Deliveries.View(observers: shared.observers, actionObservers: shared.actionObservers,
+                                ownReplicas: shared.ledger.ownReplicas)
             }
-            if firstOfBatch { actionObservers = shared.actionObservers }
-            return shared.observers
+            deliveries.view = view
         }
-        if firstOfBatch { deliveries.actionObservers = actionObservers }
-        if let ack { deliveries.steps.append(.acknowledged(ack, seq)) }
-        if !observers.isEmpty {
-            deliveries.steps.append(.event(observers, .action(seq: seq, origin: origin, id: id, action: action, json: json())))
+        // Ours if this replica held that id in this history (a resume replays actions
+        // dispatched over an earlier connection, under its earlier replica id).
+        if view.ownReplicas.contains(origin), let ack = shared.withLock({ shared -> ReplyWaiter<UInt64>? in
+            shared.ledger.sequenced(origin: origin, id: id) != nil ? shared.acks.removeValue(forKey: id) : nil
+        }) {
+            deliveries.steps.append(.acknowledged(ack, seq))
         }
-        if deliveries.actionObservers?.isEmpty == false {
+        if !view.observers.isEmpty {
+            deliveries.steps.append(.event(view.observers, .action(seq: seq, origin: origin, id: id, action: action, json: json())))
+        }
+        if !view.actionObservers.isEmpty {
             deliveries.steps.append(.applied(AppliedAction(seq: seq, origin: origin, id: id, action: action)))
         }
         return nil

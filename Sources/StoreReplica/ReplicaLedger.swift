@@ -41,7 +41,7 @@ struct ReplicaLedger: Sendable {
     private(set) var pending: [DispatchID: Pending] = [:]
     private var nextOrder = 0
     /// The replica ids this replica has held in the current history (its own actions' origins).
-    private(set) var ownReplicas: Set<Int> = []
+    @usableFromInline private(set) var ownReplicas: Set<Int> = []
     /// The history the local state belongs to.
     private(set) var history: String?
     /// The run id of the hub on the current connection.
