@@ -36,7 +36,9 @@ let usage = """
                         never reads; N = 4 for a Codable app (app=codable-counter: the counter,
                         decoded through its case table), with its ratio to the json app's run
       hub.latency       dispatch→ack and dispatch→applied-by-all (p50/p99/p99.9) of one replica with
-                        3 more attached, unloaded and at 50% of the N = 4 peak
+                        3 more attached, unloaded and at 50% of the N = 4 peak; each twice:
+                        executor=global (the awaiting task resumed by the global pool) and
+                        executor=replica (inside withTaskExecutorPreference(replica.executor))
       nats.publish      the shared log's baseline: envelope-sized messages published to a JetStream
                         stream by the hub's own NATS client, 256 unacknowledged at most, no
                         expectations (skipped when nats-server is not on PATH: apt-get install nats-server)

@@ -21,7 +21,9 @@ import Synchronization
 /// queued; a writer thread owned by this object drains the queue with blocking writes, as
 /// many frames per `write` as are queued. A send within ``burstGapNanoseconds`` of the end of
 /// the previous direct write (a burst: a window of dispatches freed at once) is queued too,
-/// so the rest of a burst leaves in one `write` instead of one each.
+/// so the rest of a burst leaves in one `write` instead of one each. Inside
+/// ``Replica/withBatchedSends(_:)`` sends only queue, and the batch's end writes them
+/// together on the caller's thread, with no hand-off at all.
 ///
 /// Backpressure: past ``maxQueuedBytes`` of backlog, a sender that may wait (`mayWait`) waits
 /// until the writer has caught up. The store's terminal may not: it sends while holding the
@@ -62,7 +64,14 @@ final class Upstream: Sendable {
         /// When the last direct write ended (monotonic nanoseconds): a send soon after it is
         /// part of a burst, and goes to the writer thread with the rest of the burst.
         var lastDirectEnd: UInt64 = 0
+        /// Open ``withBatchedSends(_:)`` scopes: while there is one, a send only queues its
+        /// frame (up to ``corkLimitBytes``), and the scope's end writes the queue at once.
+        var corks = 0
     }
+
+    /// Past this much queued, a send inside a batch is handled as if there were none (the
+    /// writer thread takes the queue), so a batch never holds more than this back.
+    static let corkLimitBytes = 64 << 10
 
     /// Sends closer than this to the end of the previous direct write are a burst: the
     /// first is written at once, the rest are handed to the writer thread, which writes them
@@ -149,6 +158,11 @@ final class Upstream: Sendable {
         let now = Self.monotonicNow()
         let plan = state.withLock { state -> Plan in
             if let failure = state.failure { return .failed(failure) }
+            if state.corks > 0, !state.busy, state.pending.count + frame.count <= Self.corkLimitBytes {
+                // Inside a batch: written with the rest when the batch ends.
+                state.pending.append(contentsOf: frame)
+                return .queued(wake: false, wait: false)
+            }
             if !state.busy && state.pending.isEmpty && now &- state.lastDirectEnd > Self.burstGapNanoseconds {
                 state.busy = true
                 state.senderWriting = true
@@ -167,46 +181,74 @@ final class Upstream: Sendable {
         case .failed(let failure):
             return failure
         case .direct:
-            var written = 0
-            var failure: String?
-            frame.withUnsafeBytes { bytes in
-                while written < bytes.count {
-                    switch UnixSocket.write(fd, UnsafeRawBufferPointer(rebasing: bytes[written...]), dontWait: true) {
-                    case .bytes(let n): written += n
-                    case .wouldBlock, .endOfFile: return
-                    case .failed(let code):
-                        failure = code == EPIPE || code == ECONNRESET
-                            ? "the hub closed the connection" : "write failed: \(SystemError.describe(errno: code))"
-                        return
-                    }
-                }
-            }
-            let end = Self.monotonicNow()
-            let handOff = state.withLock { state -> Bool in
-                state.senderWriting = false
-                state.lastDirectEnd = end
-                if let failure, state.failure == nil { state.failure = failure }
-                if state.failure != nil {
-                    state.pending.removeAll()
-                    state.busy = false
-                    return false
-                }
-                if written < frame.count {
-                    state.pending.insert(contentsOf: frame[written...], at: 0)
-                }
-                if state.pending.isEmpty {
-                    state.busy = false
-                    return false
-                }
-                return true
-            }
-            if handOff { startWriterAndWake() }
-            return failure
+            return writeDirectly(frame)
         case .queued(let wake, let wait):
             if wake { startWriterAndWake() }
             if wait { roomAvailable.wait() }
             return state.withLock { $0.failure }
         }
+    }
+
+    /// Writes `bytes` without blocking, as the sender that set `busy` and `senderWriting`;
+    /// what the socket does not take goes to the front of the queue, for the writer thread.
+    ///
+    /// - Returns: Why the connection cannot take writes, or `nil`.
+    private func writeDirectly(_ bytes: [UInt8]) -> String? {
+        var written = 0
+        var failure: String?
+        bytes.withUnsafeBytes { bytes in
+            while written < bytes.count {
+                switch UnixSocket.write(fd, UnsafeRawBufferPointer(rebasing: bytes[written...]), dontWait: true) {
+                case .bytes(let n): written += n
+                case .wouldBlock, .endOfFile: return
+                case .failed(let code):
+                    failure = code == EPIPE || code == ECONNRESET
+                        ? "the hub closed the connection" : "write failed: \(SystemError.describe(errno: code))"
+                    return
+                }
+            }
+        }
+        let end = Self.monotonicNow()
+        let handOff = state.withLock { state -> Bool in
+            state.senderWriting = false
+            state.lastDirectEnd = end
+            if let failure, state.failure == nil { state.failure = failure }
+            if state.failure != nil {
+                state.pending.removeAll()
+                state.busy = false
+                return false
+            }
+            if written < bytes.count {
+                state.pending.insert(contentsOf: bytes[written...], at: 0)
+            }
+            if state.pending.isEmpty {
+                state.busy = false
+                return false
+            }
+            return true
+        }
+        if handOff { startWriterAndWake() }
+        return failure
+    }
+
+    /// Opens a batch: until the matching ``endBatch()``, sends queue their frames instead of
+    /// writing them (see ``Replica/withBatchedSends(_:)``).
+    func beginBatch() {
+        state.withLock { $0.corks += 1 }
+    }
+
+    /// Closes a batch; the last one open writes what the batches queued, in one system call
+    /// when the socket takes it all.
+    func endBatch() {
+        let queued = state.withLock { state -> [UInt8]? in
+            state.corks -= 1
+            guard state.corks == 0, !state.busy, !state.pending.isEmpty, state.failure == nil else { return nil }
+            state.busy = true
+            state.senderWriting = true
+            defer { state.pending.removeAll(keepingCapacity: true) }
+            return state.pending
+        }
+        if let queued { _ = writeDirectly(queued) }
     }
 
     private func startWriterAndWake() {
