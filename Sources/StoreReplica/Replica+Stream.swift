@@ -17,28 +17,31 @@ extension Replica {
             case applied(AppliedAction<App.Action>)
         }
 
-        /// What the actions of one read are checked against, read under one lock at the read's
-        /// first action (not once per action): the observers and this replica's ids. Neither
-        /// can change in a way a read must see: the ids change only when this thread
-        /// reconnects, and an observer added meanwhile hears from the next read on.
-        @usableFromInline struct View {
-            @usableFromInline let observers: [Observer]
-            /// The ``observeActions(_:)`` observers, not copied into every step.
-            @usableFromInline let actionObservers: [ActionObserver]
-            /// This replica's ids in this history: only an action from one of them can answer
-            /// a dispatch of this replica (the shared lock is taken for those only).
-            @usableFromInline let ownReplicas: Set<Int>
+        @usableFromInline var steps: [Step] = []
+        /// Whether the next three were read: what the actions of one read are checked
+        /// against, read under one lock at the read's first action (not once per action).
+        /// Neither can change in a way a read must see: the ids change only when this thread
+        /// reconnects, and an observer added meanwhile hears from the next read on. Fields,
+        /// not a struct: each action borrows them in place (a struct was copied per action).
+        @usableFromInline var viewRead = false
+        @usableFromInline var observers: [Observer] = []
+        /// The ``observeActions(_:)`` observers, not copied into every step.
+        @usableFromInline var actionObservers: [ActionObserver] = []
+        /// This replica's ids in this history: only an action from one of them can answer a
+        /// dispatch of this replica (the shared lock is taken for those only).
+        @usableFromInline var ownReplicas: Set<Int> = []
 
-            @inlinable init(observers: [Observer], actionObservers: [ActionObserver], ownReplicas: Set<Int>) {
-                self.observers = observers
-                self.actionObservers = actionObservers
-                self.ownReplicas = ownReplicas
+        /// Reads the observers and this replica's ids, once per read.
+        @inlinable
+        mutating func readView(_ shared: borrowing Mutex<Shared>) {
+            guard !viewRead else { return }
+            viewRead = true
+            shared.withLock { shared in
+                observers = shared.observers
+                actionObservers = shared.actionObservers
+                ownReplicas = shared.ledger.ownReplicas
             }
         }
-
-        @usableFromInline var steps: [Step] = []
-        /// Read at the read's first action.
-        @usableFromInline var view: View?
 
         @inlinable init() {}
 
@@ -53,7 +56,7 @@ extension Replica {
                 case .status(let continuation, let status): continuation.resume(returning: status)
                 case .synced(let continuation, let seq): continuation.resume(returning: seq)
                 case .event(let observers, let event): for observer in observers { observer.callback(event) }
-                case .applied(let action): for observer in view?.actionObservers ?? [] { observer.callback(action) }
+                case .applied(let action): for observer in actionObservers { observer.callback(action) }
                 }
             }
         }
@@ -211,30 +214,20 @@ extension Replica {
             return .diverged("this replica's reducer refused sequenced action \(seq): \(app.describe(error))")
         }
         lastSeq.store(seq, ordering: .releasing)
-        // A struct, not a tuple, crosses the lock: where this runs unspecialised (a replica
-        // attached from generic code), a tuple of generic types costs a locked metadata
-        // look-up each time.
-        let view: Deliveries.View
-        if let known = deliveries.view {
-            view = known
-        } else {
-            view = shared.withLock { shared in
-                Deliveries.View(observers: shared.observers, actionObservers: shared.actionObservers,
-                                ownReplicas: shared.ledger.ownReplicas)
-            }
-            deliveries.view = view
-        }
+        // No tuple crosses a lock: where this runs unspecialised (a replica attached from
+        // generic code), a tuple of generic types costs a locked metadata look-up each time.
+        deliveries.readView(shared)
         // Ours if this replica held that id in this history (a resume replays actions
         // dispatched over an earlier connection, under its earlier replica id).
-        if view.ownReplicas.contains(origin), let ack = shared.withLock({ shared -> ReplyWaiter<UInt64>? in
+        if deliveries.ownReplicas.contains(origin), let ack = shared.withLock({ shared -> ReplyWaiter<UInt64>? in
             shared.ledger.sequenced(origin: origin, id: id) != nil ? shared.acks.removeValue(forKey: id) : nil
         }) {
             deliveries.steps.append(.acknowledged(ack, seq))
         }
-        if !view.observers.isEmpty {
-            deliveries.steps.append(.event(view.observers, .action(seq: seq, origin: origin, id: id, action: action, json: json())))
+        if !deliveries.observers.isEmpty {
+            deliveries.steps.append(.event(deliveries.observers, .action(seq: seq, origin: origin, id: id, action: action, json: json())))
         }
-        if !view.actionObservers.isEmpty {
+        if !deliveries.actionObservers.isEmpty {
             deliveries.steps.append(.applied(AppliedAction(seq: seq, origin: origin, id: id, action: action)))
         }
         return nil

@@ -205,19 +205,23 @@ extension JSONEdit {
 
     /// A pointer's text as a canonical JSON string.
     private static func writePointer(_ pointer: JSONPointer, into buffer: inout [UInt8]) {
-        // Tokens without `~` or `/` need no pointer escape: their bytes are written as they are.
-        let plain = pointer.tokens.allSatisfy { token in
-            !token.utf8.contains { $0 == UInt8(ascii: "~") || $0 == UInt8(ascii: "/") }
-        }
-        guard plain else {
-            _JSONWriter.writeString(pointer.description, into: &buffer)
-            return
-        }
+        // Tokens without `~` or `/` need no pointer escape: their bytes are written as they
+        // are, each checked and written in one pass over its UTF-8.
+        let start = buffer.count
         buffer.append(UInt8(ascii: "\""))
         for token in pointer.tokens {
             buffer.append(UInt8(ascii: "/"))
             var token = token
-            token.withUTF8 { _JSONWriter.writeEscaped($0, into: &buffer) }
+            let plain = token.withUTF8 { bytes -> Bool in
+                for byte in bytes where byte == UInt8(ascii: "~") || byte == UInt8(ascii: "/") { return false }
+                _JSONWriter.writeEscaped(bytes, into: &buffer)
+                return true
+            }
+            guard plain else {
+                buffer.removeSubrange(start...)
+                _JSONWriter.writeString(pointer.description, into: &buffer)
+                return
+            }
         }
         buffer.append(UInt8(ascii: "\""))
     }

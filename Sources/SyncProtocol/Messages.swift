@@ -628,12 +628,18 @@ extension Frame {
     /// - Returns: The frame's bytes.
     /// - Throws: ``FrameError/tooLarge(length:limit:)`` when it does not fit one frame.
     public static func encodeDispatch(id: DispatchID, action: WireAction) throws(FrameError) -> [UInt8] {
-        var buffer: [UInt8] = [0, 0, 0, 0]
-        buffer.reserveCapacity(96)
+        // One allocation: the envelope's fixed parts and an id take at most 64 bytes.
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(64 + (action.withCanonicalBytes { $0.count } ?? 64))
+        for _ in 0..<Frame.headerSize { buffer.append(0) }
         _JSONWriter.appendStatic(#"{"action":"#, to: &buffer)
         action.writeCanonical(into: &buffer)
         _JSONWriter.appendStatic(#","id":"#, to: &buffer)
-        id.json.writeCanonical(into: &buffer)
+        if case .number(let number) = id {
+            writeInteger(number, orJSON: id.json, into: &buffer)
+        } else {
+            id.json.writeCanonical(into: &buffer)
+        }
         _JSONWriter.appendStatic(#","type":"dispatch"}"#, to: &buffer)
         try patchHeader(of: &buffer, at: 0)
         return buffer
