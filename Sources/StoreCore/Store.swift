@@ -343,10 +343,20 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
         drain.withLock { context in
             owner.store(me, ordering: .relaxed)
             let chain = context.chain
+            // One Observation mutation for the whole batch, announced at its first action and
+            // ended after its last: an observation fires once per change anyway, and the
+            // registrar's `willSet`/`didSet` (a lock and a key-path look-up each) run once per
+            // read instead of once per action. Subscribers still hear every action.
+            var announced = false
             body { (action: Action) throws(R.Failure) in
-                try applyThrowing(action)
+                if !announced, observable.load(ordering: .relaxed) {
+                    announced = true
+                    registrar.willSet(self, keyPath: stateKeyPath)
+                }
+                try applyAnnounced(action)
                 drainQueue(chain)
             }
+            if announced { registrar.didSet(self, keyPath: stateKeyPath) }
             // What the body queued after its last apply (a dispatch from a callback it ran).
             drainQueue(chain)
             owner.store(0, ordering: .relaxed)
@@ -420,18 +430,22 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
 
     /// Applies one action with the reducer, records it, and notifies. Caller holds `drain`.
     @inlinable func applyThrowing(_ action: Action) throws(R.Failure) {
+        try withStateMutation { () throws(R.Failure) in try applyAnnounced(action) }
+    }
+
+    /// ``applyThrowing(_:)`` inside a change of `state` the caller has already announced to
+    /// Observation (or that nobody can observe yet).
+    @inlinable func applyAnnounced(_ action: Action) throws(R.Failure) {
         // No tuple crosses the lock: where this runs unspecialised (a generic caller in another
         // module), a tuple of generic types costs a locked run-time metadata look-up per action.
         var state: State?
-        let subscribers = try withStateMutation { () throws(R.Failure) -> [Subscriber] in
-            try core.withLock { (core: inout Core) throws(R.Failure) -> [Subscriber] in
-                reducing.store(true, ordering: .relaxed)
-                defer { reducing.store(false, ordering: .relaxed) }
-                try reducer.reduce(into: &core.state, action: action)
-                core.history?.record(action, state: core.state)
-                if !core.subscribers.isEmpty { state = core.state }
-                return core.subscribers
-            }
+        let subscribers = try core.withLock { (core: inout Core) throws(R.Failure) -> [Subscriber] in
+            reducing.store(true, ordering: .relaxed)
+            defer { reducing.store(false, ordering: .relaxed) }
+            try reducer.reduce(into: &core.state, action: action)
+            core.history?.record(action, state: core.state)
+            if !core.subscribers.isEmpty { state = core.state }
+            return core.subscribers
         }
         if let state { notify(subscribers, state) }
     }

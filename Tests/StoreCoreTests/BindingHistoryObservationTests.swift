@@ -113,6 +113,39 @@ struct ObservationTests {
         #expect(changed.load(ordering: .relaxed) == 1)
     }
 
+    @Test("a batch of received actions is one change for Observation; subscribers still hear each action, and what they dispatch runs")
+    func batchIsOneChange() {
+        // A reducer that can refuse (a batch's `apply` of a `Never`-failing one trips a
+        // Swift 6.3 compiler crash in a test's closure).
+        let store = Store(initialState: 0, reducer: NonNegative())
+        let changed = Atomic<Int>(0)
+        func track() {
+            withObservationTracking { _ = store.state } onChange: { changed.add(1, ordering: .relaxed) }
+        }
+        track()
+        let heard = Recorder<Int>()
+        let token = store.subscribe { state in
+            heard.append(state)
+            if state == 3 { store.dispatch(10) }
+        }
+        store.receiveBatch { apply in
+            for _ in 0..<5 { try? apply(1) }
+            try? apply(-100)   // refused: nothing changes, nobody hears it
+        }
+        // The subscriber's dispatch at 3 ran right after that action, inside the batch.
+        #expect(heard.all == [1, 2, 3, 13, 14, 15])
+        #expect(store.state == 15)
+        #expect(changed.load(ordering: .relaxed) == 1)
+        // An empty batch announces nothing; the next real one is seen by a new tracking.
+        track()
+        store.receiveBatch { _ in }
+        #expect(changed.load(ordering: .relaxed) == 1)
+        store.receiveBatch { apply in try? apply(-1) }
+        #expect(changed.load(ordering: .relaxed) == 2)
+        #expect(store.state == 14)
+        token.cancel()
+    }
+
     @Test("a selection notifies observers only when its value changes")
     func selectionObservesOnlyChanges() {
         let store = Store(initialState: Count.State(), reducer: Count())
