@@ -230,9 +230,17 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     public var state: State {
         if !observable.load(ordering: .relaxed) { observable.store(true, ordering: .relaxed) }
         registrar.access(self, keyPath: stateKeyPath)
+        // Read while a batch is announced (``receiveBatch(_:)``): a tracking registered now
+        // must hear of the batch's later actions, so the batch announces itself again.
+        if batchAnnounced.load(ordering: .acquiring) { readDuringBatch.store(true, ordering: .releasing) }
         refuseInsideReducer("read its store's state")
         return core.withLock { $0.state }
     }
+
+    /// Set while ``receiveBatch(_:)`` has announced a change of `state` to Observation.
+    @usableFromInline let batchAnnounced = Atomic<Bool>(false)
+    /// Set by a read of ``state`` while a batch is announced (see there).
+    @usableFromInline let readDuringBatch = Atomic<Bool>(false)
 
     /// Set by the first read of ``state``. Until then no observation can exist
     /// (`withObservationTracking` only sees properties that were read), so dispatch skips
@@ -346,17 +354,33 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
             // One Observation mutation for the whole batch, announced at its first action and
             // ended after its last: an observation fires once per change anyway, and the
             // registrar's `willSet`/`didSet` (a lock and a key-path look-up each) run once per
-            // read instead of once per action. Subscribers still hear every action.
+            // read instead of once per action. Subscribers still hear every action. A tracking
+            // registered by a read of `state` during the batch (another thread re-rendering)
+            // saw an intermediate state: the batch is announced again before its next action,
+            // or at its end, so that tracking hears of the rest.
             var announced = false
             body { (action: Action) throws(R.Failure) in
-                if !announced, observable.load(ordering: .relaxed) {
-                    announced = true
-                    registrar.willSet(self, keyPath: stateKeyPath)
+                if observable.load(ordering: .relaxed) {
+                    if !announced {
+                        announced = true
+                        batchAnnounced.store(true, ordering: .releasing)
+                        registrar.willSet(self, keyPath: stateKeyPath)
+                    } else if readDuringBatch.exchange(false, ordering: .acquiringAndReleasing) {
+                        registrar.didSet(self, keyPath: stateKeyPath)
+                        registrar.willSet(self, keyPath: stateKeyPath)
+                    }
                 }
                 try applyAnnounced(action)
                 drainQueue(chain)
             }
-            if announced { registrar.didSet(self, keyPath: stateKeyPath) }
+            if announced {
+                batchAnnounced.store(false, ordering: .releasing)
+                if readDuringBatch.exchange(false, ordering: .acquiringAndReleasing) {
+                    registrar.didSet(self, keyPath: stateKeyPath)
+                    registrar.willSet(self, keyPath: stateKeyPath)
+                }
+                registrar.didSet(self, keyPath: stateKeyPath)
+            }
             // What the body queued after its last apply (a dispatch from a callback it ran).
             drainQueue(chain)
             owner.store(0, ordering: .relaxed)

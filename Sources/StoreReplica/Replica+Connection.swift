@@ -39,8 +39,9 @@ extension Replica {
             var resumeSynced = false
             if let failure = frameHandler(self, &decoder, &resumeSynced) { return failure }
             if resumeSynced { completeResume() }
-            // Tasks this read resumed that prefer ``executor`` go on here, with no lock held.
-            executor.runQueued()
+            // Tasks this read resumed that prefer ``executor`` go on here, with no lock held;
+            // if they queued more, the next wait for bytes does not block.
+            let moreJobs = executor.runQueued()
             // While actions flow, compare digests with the hub about once per interval: a
             // replica whose reducer differs finds out within about that long, not at the next
             // checkpoint (every 10 000 actions by default).
@@ -60,7 +61,7 @@ extension Replica {
             case .bytes(let count):
                 decoder.append(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
             case .wouldBlock:
-                _ = UnixSocket.waitUntil(upstream.fd, timeoutMilliseconds: -1)
+                _ = UnixSocket.waitUntil(upstream.fd, timeoutMilliseconds: moreJobs ? 0 : -1)
             case .endOfFile:
                 // An end of file without an `error` first: the hub process ended without its
                 // goodbye (killed, crashed) or the connection was cut.
@@ -145,6 +146,9 @@ extension Replica {
                 }
             }
             notify(observers, .connection(.reconnecting(attempt: attempt)))
+            // Tasks on ``executor`` that this resumed (a `linkChanges()` consumer) run before
+            // the backoff, not after the outage.
+            executor.runQueued()
             let delay = reconnect.delay(before: attempt)
             let (seconds, attoseconds) = delay.components
             let nanoseconds = max(0, Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
@@ -158,6 +162,7 @@ extension Replica {
             do throws(ReplicaError) {
                 return .success(try attachAgain(resume: resume))
             } catch {
+                executor.runQueued()
                 last = error
                 if case .hub(let wire) = error, !Self.isTransient(wire) {
                     // The hub refuses this replica (another app, another protocol): retrying cannot help.

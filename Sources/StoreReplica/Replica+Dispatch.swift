@@ -64,7 +64,9 @@ extension Replica {
         // Under the store's dispatch lock nothing may wait (the reader needs that lock to
         // apply the answers), so the pending bound refuses instead; elsewhere the socket's
         // backlog holds the sender back.
-        let mayWait = !store.isDispatchingOnCurrentThread
+        // Nor on the reader thread (a task on ``executor``): while it waited nothing would read
+        // the hub's actions, and the hub would drop this replica as a slow consumer.
+        let mayWait = !store.isDispatchingOnCurrentThread && !executor.isReaderThread
         switch shared.withLock({ $0.ledger.submit(id: id, action: action, awaited: awaited, bounded: !mayWait) }) {
         case .refuse(let error):
             return error
@@ -104,7 +106,9 @@ extension Replica {
     /// Sends from any thread during `body` wait for its end too, and at most 64 KiB is held:
     /// past that, frames go out as usual. Nothing else changes: each dispatch is still
     /// sequenced on its own, answered on its own, and refused on its own. Nested calls hold
-    /// the frames until the outermost returns.
+    /// the frames until the outermost returns. So `body` must not wait for the answer to
+    /// anything it dispatched (nor for anything another thread sends meanwhile): it has not
+    /// left yet.
     ///
     /// - Parameter body: The code that dispatches.
     /// - Returns: What `body` returns.

@@ -55,25 +55,36 @@ public final class ReplicaExecutor: TaskExecutor, Sendable {
         reader.store(currentThreadID(), ordering: .releasing)
     }
 
+    /// Whether the calling thread is the reader thread (it must not wait for anything the
+    /// reader does, such as room in the send queue).
+    var isReaderThread: Bool {
+        let id = reader.load(ordering: .acquiring)
+        return id != 0 && id == currentThreadID()
+    }
+
     /// Called by the reader thread when it ends: later jobs go to the global executor, and the
     /// ones already queued run now.
     func readerEnded() {
         reader.store(0, ordering: .releasing)
-        runQueued()
+        // Jobs these enqueue go to the global executor now, so this ends.
+        while runQueued() {}
     }
 
-    /// Runs the jobs the reader thread queued, and the ones they queue in turn, on the
-    /// calling (reader) thread. Called with no lock held.
-    func runQueued() {
-        while true {
-            let jobs = queued.withLock { jobs -> [UnownedJob] in
-                guard !jobs.isEmpty else { return [] }
-                defer { jobs = [] }
-                return jobs
-            }
-            if jobs.isEmpty { return }
-            let me = asUnownedTaskExecutor()
-            for job in jobs { job.runSynchronously(on: me) }
+    /// Runs the jobs the reader thread queued before this call, on the calling (reader)
+    /// thread; the ones they queue wait for the next call, so a task that keeps yielding
+    /// cannot keep the reader from reading. Called with no lock held.
+    ///
+    /// - Returns: Whether jobs are queued again (the reader then polls instead of waiting).
+    @discardableResult
+    func runQueued() -> Bool {
+        let jobs = queued.withLock { jobs -> [UnownedJob] in
+            guard !jobs.isEmpty else { return [] }
+            defer { jobs = [] }
+            return jobs
         }
+        guard !jobs.isEmpty else { return false }
+        let me = asUnownedTaskExecutor()
+        for job in jobs { job.runSynchronously(on: me) }
+        return queued.withLock { !$0.isEmpty }
     }
 }

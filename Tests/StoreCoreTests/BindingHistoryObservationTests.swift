@@ -146,6 +146,33 @@ struct ObservationTests {
         token.cancel()
     }
 
+    @Test("a tracking registered in the middle of a batch (a view re-rendering) hears of the batch's later actions")
+    func trackingDuringBatch() {
+        let store = Store(initialState: 0, reducer: NonNegative())
+        let changed = Atomic<Int>(0)
+        let seen = Recorder<Int>()
+        func track() {
+            withObservationTracking { seen.append(store.state) } onChange: { changed.add(1, ordering: .relaxed) }
+        }
+        track()
+        store.receiveBatch { apply in
+            try? apply(1)
+            track()          // sees 1, mid-batch
+            try? apply(1)
+            try? apply(1)
+        }
+        #expect(seen.all == [0, 1])
+        #expect(changed.load(ordering: .relaxed) == 2, "the second tracking must hear of the actions after it")
+        // Registered after the batch's last action but before its end: told at the end.
+        track()
+        store.receiveBatch { apply in
+            try? apply(1)
+            track()
+        }
+        #expect(changed.load(ordering: .relaxed) == 4)
+        #expect(store.state == 4)
+    }
+
     @Test("a selection notifies observers only when its value changes")
     func selectionObservesOnlyChanges() {
         let store = Store(initialState: Count.State(), reducer: Count())

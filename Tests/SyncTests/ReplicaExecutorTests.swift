@@ -38,6 +38,10 @@ struct ReplicaExecutorTests {
         let reader = try await readerThread(of: replica)
         let onReader = try await withTaskExecutorPreference(replica.executor) { () async throws -> [Bool] in
             var answers: [Bool] = []
+            // The first wait starts on a pool thread: its answer may come before the task has
+            // suspended, and then the task simply goes on there. From the reader thread on, the
+            // answer cannot be read before the task suspends (the reader is running it).
+            try await replica.dispatch(.increment)
             try await replica.dispatch(.increment)
             answers.append(threadNumber() == reader)
             _ = try await replica.sync()
@@ -45,7 +49,7 @@ struct ReplicaExecutorTests {
             _ = try await replica.status()
             answers.append(threadNumber() == reader)
             // The state already holds the action when the task goes on.
-            answers.append(replica.store.state.count == 2)
+            answers.append(replica.store.state.count == 3)
             return answers
         }
         #expect(onReader == [true, true, true, true])
@@ -103,6 +107,61 @@ struct ReplicaExecutorTests {
             Issue.record("a dispatch after close must fail disconnected, got \(outcome)")
             return
         }
+        try await hub.stop()
+    }
+
+    @Test("a task on the executor hears of a reconnection while it is under way, not after the backoff")
+    func reconnectingReachesTask() async throws {
+        let hub = try InProcessHub(CounterApp())
+        // A long backoff: the first attempt waits 15–45 s.
+        let replica = try hub.attach(reconnect: ReconnectPolicy(initialDelay: .seconds(30), maxDelay: .seconds(30)))
+        defer { replica.close() }
+        let changes = replica.linkChanges()
+        let waiting = Atomic<Bool>(false)
+        let heard = Task(executorPreference: replica.executor) { () async -> [ConnectionChange] in
+            // Two round trips: from the second answer on the task runs on the reader thread,
+            // so the reader cannot see the hub go until the task waits for the next change.
+            _ = try? await replica.dispatch(.increment)
+            _ = try? await replica.dispatch(.increment)
+            waiting.store(true, ordering: .releasing)
+            var seen: [ConnectionChange] = []
+            for await change in changes {
+                seen.append(change)
+                if case .reconnecting = change { break }
+            }
+            return seen
+        }
+        try await waitUntil("the task to wait for link changes") { waiting.load(ordering: .acquiring) }
+        try await hub.stop()
+        let start = ContinuousClock.now
+        let seen = try await withDeadline("the reconnecting change", timeout: .seconds(10)) { await heard.value }
+        #expect(ContinuousClock.now - start < .seconds(10))
+        guard seen.count == 2, case .dropped = seen[0], case .reconnecting(attempt: 1) = seen[1] else {
+            Issue.record("expected dropped then reconnecting(1), got \(seen)")
+            return
+        }
+    }
+
+    @Test("a task on the executor that keeps yielding does not keep the reader from reading")
+    func yieldingTask() async throws {
+        let hub = try InProcessHub(CounterApp())
+        let replica = try hub.attach()
+        defer { replica.close() }
+        let other = try hub.attach()
+        defer { other.close() }
+        let polling = Atomic<Bool>(false)
+        let task = Task(executorPreference: replica.executor) { () async -> Int in
+            _ = try? await replica.dispatch(.increment)
+            _ = try? await replica.dispatch(.increment)
+            // On the reader thread now: poll the state, yielding between looks.
+            polling.store(true, ordering: .releasing)
+            while replica.store.state.count < 12 { await Task.yield() }
+            return replica.store.state.count
+        }
+        try await waitUntil("the task to poll") { polling.load(ordering: .acquiring) }
+        for _ in 0..<10 { try await other.dispatch(.increment) }
+        let count = try await withDeadline("the polling task to see the other replica's actions") { await task.value }
+        #expect(count == 12)
         try await hub.stop()
     }
 

@@ -370,8 +370,8 @@ final class HubLoop {
         // Read once per batch, and again only after a decision that may change it: a
         // dispatch never does (a failure closes the connection, which `isClosing` shows).
         var state = connection.state
-        var attached = false
-        if case .attached = state { attached = true }
+        var isAttached = false
+        if case .attached = state { isAttached = true }
         while !connection.isClosing, connections[connection.fd] === connection {
             guard budget > 0 else {
                 connection.moreFrames = true
@@ -382,7 +382,7 @@ final class HubLoop {
             do throws(FrameError) {
                 // Zero-copy: the payload is decided on where it lies in the decoder's buffer.
                 decision = try connection.decoder.decodeNext { payload in
-                    HubProtocol.decideCanonicalDispatch(payload, attached: attached)
+                    HubProtocol.decideCanonicalDispatch(payload, attached: isAttached)
                         ?? HubProtocol.decideParsing(payload, state: state, facts: facts)
                 }
             } catch {
@@ -403,8 +403,8 @@ final class HubLoop {
             carryOut(decision, for: connection)
             if case .dispatch = decision {} else {
                 state = connection.state
-                attached = false
-                if case .attached = state { attached = true }
+                isAttached = false
+                if case .attached = state { isAttached = true }
             }
         }
     }
