@@ -7,6 +7,14 @@
 #elif defined(__aarch64__) && defined(__ARM_FEATURE_CRC32)
 #include <arm_acle.h>
 #define CSYNCCRC_ARM 1
+#elif defined(__aarch64__) && defined(__linux__)
+// The generic armv8-a target has no CRC extension: checked at run time (HWCAP_CRC32).
+#include <arm_acle.h>
+#include <sys/auxv.h>
+#define CSYNCCRC_ARM_LINUX 1
+#ifndef HWCAP_CRC32
+#define HWCAP_CRC32 (1UL << 7)
+#endif
 #endif
 
 /// The byte-wise table of the reflected polynomial 0x82F63B78.
@@ -91,9 +99,38 @@ static int has_sse42(void) {
 }
 #endif
 
+#if CSYNCCRC_ARM_LINUX
+__attribute__((target("crc")))
+static uint32_t crc32c_arm(uint32_t crc, const uint8_t *p, size_t count) {
+    while (count >= 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        crc = __crc32cd(crc, word);
+        p += 8;
+        count -= 8;
+    }
+    while (count--) crc = __crc32cb(crc, *p++);
+    return crc;
+}
+
+/// 0 unknown, 1 no, 2 yes. Every thread that finds it unknown computes the same answer.
+static int crc_extension = 0;
+
+static int has_crc_extension(void) {
+    int known = __atomic_load_n(&crc_extension, __ATOMIC_RELAXED);
+    if (known == 0) {
+        known = (getauxval(AT_HWCAP) & HWCAP_CRC32) ? 2 : 1;
+        __atomic_store_n(&crc_extension, known, __ATOMIC_RELAXED);
+    }
+    return known == 2;
+}
+#endif
+
 uint32_t csynccrc_crc32c_update(uint32_t crc, const void *bytes, size_t count) {
 #if CSYNCCRC_X86
     if (has_sse42()) return crc32c_sse42(crc, (const uint8_t *)bytes, count);
+#elif CSYNCCRC_ARM_LINUX
+    if (has_crc_extension()) return crc32c_arm(crc, (const uint8_t *)bytes, count);
 #elif CSYNCCRC_ARM
     const uint8_t *p = (const uint8_t *)bytes;
     while (count >= 8) {
@@ -112,6 +149,8 @@ uint32_t csynccrc_crc32c_update(uint32_t crc, const void *bytes, size_t count) {
 int csynccrc_crc32c_is_hardware(void) {
 #if CSYNCCRC_X86
     return has_sse42();
+#elif CSYNCCRC_ARM_LINUX
+    return has_crc_extension();
 #elif CSYNCCRC_ARM
     return 1;
 #else

@@ -1,6 +1,6 @@
 // CRC-32C (Castagnoli) for the hub's journal: the processor's instruction where there is one
-// (SSE 4.2 on x86-64, checked at run time; the CRC extension on arm64 when the compiler
-// targets it), else a table. Used by StoreHub's CRC32C only.
+// (SSE 4.2 on x86-64 and the CRC extension on Linux arm64, both checked at run time; the CRC
+// extension on Apple arm64, always there), else a table. Used by StoreHub's CRC32C only.
 #ifndef CSYNCCRC_H
 #define CSYNCCRC_H
 
