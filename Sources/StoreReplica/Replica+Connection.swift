@@ -57,6 +57,10 @@ extension Replica {
                     _ = upstream.send(.status)
                 }
             }
+            // Jobs queued meanwhile (a task that yielded, or that woke another task on the
+            // executor) run next, not after the hub's next message: the reader blocks in
+            // `read` only when nothing waits to run.
+            if moreJobs, !UnixSocket.waitUntil(upstream.fd, timeoutMilliseconds: 0) { continue }
             switch UnixSocket.read(upstream.fd, into: buffer) {
             case .bytes(let count):
                 decoder.append(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))

@@ -19,7 +19,8 @@ import Synchronization
 /// How it runs jobs:
 /// - A job enqueued **by the reader thread** (it resumed a waiting task) runs on that thread
 ///   once the read it belongs to is applied and no lock is held: after the observers, before
-///   the next read.
+///   the next read. A job such a task enqueues in turn (it yielded, or woke another task on
+///   this executor) runs next, before the reader waits for the hub again.
 /// - A job enqueued **by any other thread** (a task starting, or resumed by something else),
 ///   or after the reader has ended, goes to the global concurrent executor, as without a
 ///   preference.

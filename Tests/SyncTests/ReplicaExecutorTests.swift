@@ -150,18 +150,50 @@ struct ReplicaExecutorTests {
         let other = try hub.attach()
         defer { other.close() }
         let polling = Atomic<Bool>(false)
-        let task = Task(executorPreference: replica.executor) { () async -> Int in
+        let seen = Atomic<Int>(0)
+        let task = Task(executorPreference: replica.executor) {
             _ = try? await replica.dispatch(.increment)
             _ = try? await replica.dispatch(.increment)
             // On the reader thread now: poll the state, yielding between looks.
             polling.store(true, ordering: .releasing)
-            while replica.store.state.count < 12 { await Task.yield() }
-            return replica.store.state.count
+            while replica.store.state.count < 12, !Task.isCancelled { await Task.yield() }
+            seen.store(replica.store.state.count, ordering: .releasing)
         }
+        defer { task.cancel() }
         try await waitUntil("the task to poll") { polling.load(ordering: .acquiring) }
         for _ in 0..<10 { try await other.dispatch(.increment) }
-        let count = try await withDeadline("the polling task to see the other replica's actions") { await task.value }
-        #expect(count == 12)
+        try await waitUntil("the polling task to see the other replica's actions") { seen.load(ordering: .acquiring) == 12 }
+        try await hub.stop()
+    }
+
+    @Test("a task that a task on the reader thread wakes runs at once, not at the hub's next message")
+    func wakesAnother() async throws {
+        let hub = try InProcessHub(CounterApp())
+        let replica = try hub.attach()
+        defer { replica.close() }
+        let (stream, continuation) = AsyncStream.makeStream(of: Int.self)
+        let waiting = Atomic<Bool>(false)
+        let got = Atomic<Int>(0)
+        let sleeper = Task(executorPreference: replica.executor) {
+            _ = try? await replica.dispatch(.increment)
+            _ = try? await replica.dispatch(.increment)
+            // On the reader thread: the reader cannot read on before this task waits.
+            waiting.store(true, ordering: .releasing)
+            for await value in stream {
+                got.store(value, ordering: .releasing)
+                break
+            }
+        }
+        defer { sleeper.cancel() }
+        try await waitUntil("the sleeper to wait") { waiting.load(ordering: .acquiring) }
+        let waker = Task(executorPreference: replica.executor) {
+            _ = try? await replica.dispatch(.increment)
+            _ = try? await replica.dispatch(.increment)
+            // On the reader thread; nothing more comes from the hub after this.
+            continuation.yield(7)
+        }
+        await waker.value
+        try await waitUntil("the sleeper to wake", timeout: .seconds(5)) { got.load(ordering: .acquiring) == 7 }
         try await hub.stop()
     }
 
