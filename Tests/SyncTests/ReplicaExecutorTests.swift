@@ -28,6 +28,18 @@ private func readerThread(of replica: Replica<CounterApp>) async throws -> UInt 
     return seen.load(ordering: .acquiring)
 }
 
+/// From a task that prefers `replica.executor`: dispatches until the task runs on the reader
+/// thread (a wait that starts on a pool thread may be answered before the task suspends, and
+/// the task then goes on there; once on the reader it stays, since the reader cannot read an
+/// answer before the task waits).
+private func reachReader(_ replica: Replica<CounterApp>, _ reader: UInt) async {
+    var tries = 0
+    repeat {
+        _ = try? await replica.dispatch(.increment)
+        tries += 1
+    } while threadNumber() != reader && tries < 200
+}
+
 @Suite("ReplicaExecutor: tasks awaiting the hub go on on the reader thread")
 struct ReplicaExecutorTests {
     @Test("with the preference a task resumes on the reader thread after dispatch, sync and status; without it, elsewhere")
@@ -38,18 +50,23 @@ struct ReplicaExecutorTests {
         let reader = try await readerThread(of: replica)
         let onReader = try await withTaskExecutorPreference(replica.executor) { () async throws -> [Bool] in
             var answers: [Bool] = []
-            // The first wait starts on a pool thread: its answer may come before the task has
-            // suspended, and then the task simply goes on there. From the reader thread on, the
-            // answer cannot be read before the task suspends (the reader is running it).
+            // A wait that starts on a pool thread may get its answer before the task has
+            // suspended, and the task then simply goes on there. Once on the reader thread it
+            // stays: the reader cannot read an answer before the task waits (it is running it).
+            var dispatched = 1
+            repeat {
+                try await replica.dispatch(.increment)
+                dispatched += 1
+            } while threadNumber() != reader && dispatched < 200
             try await replica.dispatch(.increment)
-            try await replica.dispatch(.increment)
+            dispatched += 1
             answers.append(threadNumber() == reader)
             _ = try await replica.sync()
             answers.append(threadNumber() == reader)
             _ = try await replica.status()
             answers.append(threadNumber() == reader)
             // The state already holds the action when the task goes on.
-            answers.append(replica.store.state.count == 3)
+            answers.append(replica.store.state.count == dispatched)
             return answers
         }
         #expect(onReader == [true, true, true, true])
@@ -116,13 +133,12 @@ struct ReplicaExecutorTests {
         // A long backoff: the first attempt waits 15–45 s.
         let replica = try hub.attach(reconnect: ReconnectPolicy(initialDelay: .seconds(30), maxDelay: .seconds(30)))
         defer { replica.close() }
+        let reader = try await readerThread(of: replica)
         let changes = replica.linkChanges()
         let waiting = Atomic<Bool>(false)
         let heard = Task(executorPreference: replica.executor) { () async -> [ConnectionChange] in
-            // Two round trips: from the second answer on the task runs on the reader thread,
-            // so the reader cannot see the hub go until the task waits for the next change.
-            _ = try? await replica.dispatch(.increment)
-            _ = try? await replica.dispatch(.increment)
+            // On the reader thread, the reader cannot see the hub go until the task waits.
+            await reachReader(replica, reader)
             waiting.store(true, ordering: .releasing)
             var seen: [ConnectionChange] = []
             for await change in changes {
@@ -149,20 +165,21 @@ struct ReplicaExecutorTests {
         defer { replica.close() }
         let other = try hub.attach()
         defer { other.close() }
-        let polling = Atomic<Bool>(false)
+        let reader = try await readerThread(of: replica)
+        let base = Atomic<Int>(-1)
         let seen = Atomic<Int>(0)
         let task = Task(executorPreference: replica.executor) {
-            _ = try? await replica.dispatch(.increment)
-            _ = try? await replica.dispatch(.increment)
+            await reachReader(replica, reader)
             // On the reader thread now: poll the state, yielding between looks.
-            polling.store(true, ordering: .releasing)
-            while replica.store.state.count < 12, !Task.isCancelled { await Task.yield() }
-            seen.store(replica.store.state.count, ordering: .releasing)
+            let start = replica.store.state.count
+            base.store(start, ordering: .releasing)
+            while replica.store.state.count < start + 10, !Task.isCancelled { await Task.yield() }
+            seen.store(replica.store.state.count - start, ordering: .releasing)
         }
         defer { task.cancel() }
-        try await waitUntil("the task to poll") { polling.load(ordering: .acquiring) }
+        try await waitUntil("the task to poll") { base.load(ordering: .acquiring) >= 0 }
         for _ in 0..<10 { try await other.dispatch(.increment) }
-        try await waitUntil("the polling task to see the other replica's actions") { seen.load(ordering: .acquiring) == 12 }
+        try await waitUntil("the polling task to see the other replica's actions") { seen.load(ordering: .acquiring) == 10 }
         try await hub.stop()
     }
 
@@ -171,12 +188,12 @@ struct ReplicaExecutorTests {
         let hub = try InProcessHub(CounterApp())
         let replica = try hub.attach()
         defer { replica.close() }
+        let reader = try await readerThread(of: replica)
         let (stream, continuation) = AsyncStream.makeStream(of: Int.self)
         let waiting = Atomic<Bool>(false)
         let got = Atomic<Int>(0)
         let sleeper = Task(executorPreference: replica.executor) {
-            _ = try? await replica.dispatch(.increment)
-            _ = try? await replica.dispatch(.increment)
+            await reachReader(replica, reader)
             // On the reader thread: the reader cannot read on before this task waits.
             waiting.store(true, ordering: .releasing)
             for await value in stream {
@@ -187,8 +204,7 @@ struct ReplicaExecutorTests {
         defer { sleeper.cancel() }
         try await waitUntil("the sleeper to wait") { waiting.load(ordering: .acquiring) }
         let waker = Task(executorPreference: replica.executor) {
-            _ = try? await replica.dispatch(.increment)
-            _ = try? await replica.dispatch(.increment)
+            await reachReader(replica, reader)
             // On the reader thread; nothing more comes from the hub after this.
             continuation.yield(7)
         }
