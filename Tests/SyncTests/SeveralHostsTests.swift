@@ -248,7 +248,7 @@ extension MultiProcessTests {
             // - A hub's acknowledged dispatch never came back (its consumer's server was behind)
             //   and the client waited 90 s: a consumer that sends nothing while the stream holds
             //   more is now replaced by reads from the leader.
-            // - Still seen (about one run in twenty under load): after the node dies, the new
+            // - Still seen (one run in five to one in twenty, by load and host): after the node dies, the new
             //   stream leader says the stream ends before actions the old leader acknowledged
             //   (nats-server 2.9.10 losing acknowledged records across the earlier link cut). The
             //   hub that read them stops, naming the seqs, rather than serve a history the stream
