@@ -183,19 +183,12 @@ func hubLatency(replicas: Int, samples: Int, loadRate: Double, label: String,
 /// The in-run baseline for the hub: length-prefixed frames of an action envelope's size
 /// pushed through a Unix socket pair and counted on the other side (no JSON, no store).
 func socketBaseline(frames: Int) throws -> Result {
-    var pair: [Int32] = [-1, -1]
-    #if canImport(Darwin)
-    let type = SOCK_STREAM
-    #else
-    let type = Int32(SOCK_STREAM.rawValue)
-    #endif
-    guard socketpair(AF_UNIX, type, 0, &pair) == 0 else { throw SystemError.lastCall("socketpair") }
-    defer { UnixSocket.close(pair[0]); UnixSocket.close(pair[1]) }
+    let (writer, reader) = try UnixSocket.makeSocketPair()
+    defer { UnixSocket.close(writer); UnixSocket.close(reader) }
     var envelope: [UInt8] = []
     try Frame.appendActionEnvelope(seq: 123_456, origin: 3, id: .number(4242),
                                action: ["type": "increment", "path": "/counters/3", "by": 1], to: &envelope)
     let frameSize = envelope.count
-    let reader = pair[1]
     let done = Atomic<Int>(0)
     Thread.detachNewThread {
         var decoder = FrameDecoder()
@@ -214,7 +207,7 @@ func socketBaseline(frames: Int) throws -> Result {
     let start = ContinuousClock.now
     var sent = 0
     while sent < frames {
-        try UnixSocket.writeAll(pair[0], batch)
+        try UnixSocket.writeAll(writer, batch)
         sent += 64
     }
     while done.load(ordering: .acquiring) == 0 { usleep(100) }

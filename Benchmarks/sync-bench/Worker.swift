@@ -78,12 +78,10 @@ private func dispatchAndFinish<App: SyncApp>(_ replica: Replica<App>, count: Int
     while left > 0 {
         if window > 0 { slots.wait() }
         replica.withBatchedSends {
-            replica.store.dispatch(action)
-            left -= 1
-            while left > 0, window == 0 || slots.wait(timeout: .now()) == .success {
+            repeat {
                 replica.store.dispatch(action)
                 left -= 1
-            }
+            } while left > 0 && (window == 0 || slots.wait(timeout: .now()) == .success)
         }
     }
     if total > 0, replica.seq < target { reached.wait() }

@@ -71,7 +71,7 @@ uint32_t csynccrc_crc32c_update_table(uint32_t crc, const void *bytes, size_t co
 
 #if CSYNCCRC_X86
 __attribute__((target("sse4.2")))
-static uint32_t crc32c_sse42(uint32_t crc, const uint8_t *p, size_t count) {
+static uint32_t crc32c_hardware(uint32_t crc, const uint8_t *p, size_t count) {
     uint64_t wide = crc;
     while (count >= 8) {
         uint64_t word;
@@ -85,23 +85,13 @@ static uint32_t crc32c_sse42(uint32_t crc, const uint8_t *p, size_t count) {
     return narrow;
 }
 
-/// 0 unknown, 1 no, 2 yes. Every thread that finds it unknown computes the same answer.
-static int sse42 = 0;
-
-static int has_sse42(void) {
-    int known = __atomic_load_n(&sse42, __ATOMIC_RELAXED);
-    if (known == 0) {
-        unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
-        known = (__get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_SSE4_2)) ? 2 : 1;
-        __atomic_store_n(&sse42, known, __ATOMIC_RELAXED);
-    }
-    return known == 2;
+static int detect_hardware(void) {
+    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_SSE4_2);
 }
-#endif
-
-#if CSYNCCRC_ARM_LINUX
+#elif CSYNCCRC_ARM || CSYNCCRC_ARM_LINUX
 __attribute__((target("crc")))
-static uint32_t crc32c_arm(uint32_t crc, const uint8_t *p, size_t count) {
+static uint32_t crc32c_hardware(uint32_t crc, const uint8_t *p, size_t count) {
     while (count >= 8) {
         uint64_t word;
         memcpy(&word, p, 8);
@@ -113,46 +103,40 @@ static uint32_t crc32c_arm(uint32_t crc, const uint8_t *p, size_t count) {
     return crc;
 }
 
-/// 0 unknown, 1 no, 2 yes. Every thread that finds it unknown computes the same answer.
-static int crc_extension = 0;
+static int detect_hardware(void) {
+#if CSYNCCRC_ARM
+    return 1;
+#else
+    return (getauxval(AT_HWCAP) & HWCAP_CRC32) != 0;
+#endif
+}
+#endif
 
-static int has_crc_extension(void) {
-    int known = __atomic_load_n(&crc_extension, __ATOMIC_RELAXED);
+#if CSYNCCRC_X86 || CSYNCCRC_ARM || CSYNCCRC_ARM_LINUX
+#define CSYNCCRC_HARDWARE 1
+/// 0 unknown, 1 no, 2 yes. Every thread that finds it unknown computes the same answer.
+static int hardware = 0;
+
+static int has_hardware(void) {
+    int known = __atomic_load_n(&hardware, __ATOMIC_RELAXED);
     if (known == 0) {
-        known = (getauxval(AT_HWCAP) & HWCAP_CRC32) ? 2 : 1;
-        __atomic_store_n(&crc_extension, known, __ATOMIC_RELAXED);
+        known = detect_hardware() ? 2 : 1;
+        __atomic_store_n(&hardware, known, __ATOMIC_RELAXED);
     }
     return known == 2;
 }
 #endif
 
 uint32_t csynccrc_crc32c_update(uint32_t crc, const void *bytes, size_t count) {
-#if CSYNCCRC_X86
-    if (has_sse42()) return crc32c_sse42(crc, (const uint8_t *)bytes, count);
-#elif CSYNCCRC_ARM_LINUX
-    if (has_crc_extension()) return crc32c_arm(crc, (const uint8_t *)bytes, count);
-#elif CSYNCCRC_ARM
-    const uint8_t *p = (const uint8_t *)bytes;
-    while (count >= 8) {
-        uint64_t word;
-        memcpy(&word, p, 8);
-        crc = __crc32cd(crc, word);
-        p += 8;
-        count -= 8;
-    }
-    while (count--) crc = __crc32cb(crc, *p++);
-    return crc;
+#if CSYNCCRC_HARDWARE
+    if (has_hardware()) return crc32c_hardware(crc, (const uint8_t *)bytes, count);
 #endif
     return csynccrc_crc32c_update_table(crc, bytes, count);
 }
 
 int csynccrc_crc32c_is_hardware(void) {
-#if CSYNCCRC_X86
-    return has_sse42();
-#elif CSYNCCRC_ARM_LINUX
-    return has_crc_extension();
-#elif CSYNCCRC_ARM
-    return 1;
+#if CSYNCCRC_HARDWARE
+    return has_hardware();
 #else
     return 0;
 #endif

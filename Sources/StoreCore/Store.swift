@@ -365,9 +365,8 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
                         announced = true
                         batchAnnounced.store(true, ordering: .releasing)
                         registrar.willSet(self, keyPath: stateKeyPath)
-                    } else if readDuringBatch.exchange(false, ordering: .acquiringAndReleasing) {
-                        registrar.didSet(self, keyPath: stateKeyPath)
-                        registrar.willSet(self, keyPath: stateKeyPath)
+                    } else {
+                        announceAgainIfReadDuringBatch()
                     }
                 }
                 try applyAnnounced(action)
@@ -375,10 +374,7 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
             }
             if announced {
                 batchAnnounced.store(false, ordering: .releasing)
-                if readDuringBatch.exchange(false, ordering: .acquiringAndReleasing) {
-                    registrar.didSet(self, keyPath: stateKeyPath)
-                    registrar.willSet(self, keyPath: stateKeyPath)
-                }
+                announceAgainIfReadDuringBatch()
                 registrar.didSet(self, keyPath: stateKeyPath)
             }
             // What the body queued after its last apply (a dispatch from a callback it ran).
@@ -455,6 +451,14 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     /// Applies one action with the reducer, records it, and notifies. Caller holds `drain`.
     @inlinable func applyThrowing(_ action: Action) throws(R.Failure) {
         try withStateMutation { () throws(R.Failure) in try applyAnnounced(action) }
+    }
+
+    /// Inside an announced batch: if ``state`` was read since the announcement (a tracking
+    /// registered then saw an intermediate state), ends that change and announces another.
+    @inlinable func announceAgainIfReadDuringBatch() {
+        guard readDuringBatch.exchange(false, ordering: .acquiringAndReleasing) else { return }
+        registrar.didSet(self, keyPath: stateKeyPath)
+        registrar.willSet(self, keyPath: stateKeyPath)
     }
 
     /// ``applyThrowing(_:)`` inside a change of `state` the caller has already announced to

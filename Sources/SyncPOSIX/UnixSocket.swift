@@ -436,6 +436,28 @@ public enum UnixSocket {
         return (ends[0], ends[1])
     }
 
+    /// Creates a connected pair of Unix stream sockets, close-on-exec (in-process transports,
+    /// tests and benchmarks).
+    ///
+    /// - Returns: The two ends; either may read and write.
+    /// - Throws: ``SystemError`` when the pair cannot be created.
+    public static func makeSocketPair() throws(SystemError) -> (Int32, Int32) {
+        var ends: [Int32] = [-1, -1]
+        #if !os(Linux)
+        guard socketpair(AF_UNIX, SOCK_STREAM, 0, &ends) == 0 else { throw SystemError.lastCall("cannot create a socket pair") }
+        for fd in ends {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            var on: Int32 = 1
+            setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &on, socklen_t(MemoryLayout<Int32>.size))
+        }
+        #else
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
+            throw SystemError.lastCall("cannot create a socket pair")
+        }
+        #endif
+        return (ends[0], ends[1])
+    }
+
     private static func makeSocket() throws(SystemError) -> Int32 {
         #if !os(Linux)
         let fd = socket(AF_UNIX, SOCK_STREAM, 0)

@@ -15,15 +15,9 @@ private final class Pair {
     let peer: Int32
 
     init() throws {
-        var ends: [Int32] = [-1, -1]
-        #if canImport(Darwin)
-        let type = SOCK_STREAM
-        #else
-        let type = Int32(SOCK_STREAM.rawValue)
-        #endif
-        guard socketpair(AF_UNIX, type, 0, &ends) == 0 else { throw SystemError.lastCall("socketpair") }
-        upstream = Upstream(fd: ends[0], maxPayloadBytes: 1 << 20)
-        peer = ends[1]
+        let (end, other) = try UnixSocket.makeSocketPair()
+        upstream = Upstream(fd: end, maxPayloadBytes: 1 << 20)
+        peer = other
     }
 
     deinit {

@@ -22,6 +22,12 @@ enum ConnectionState: Equatable {
     /// latest at `deadline`.
     case closing(replica: Int?, name: String, deadline: ContinuousClock.Instant)
 
+    /// Whether it is attached (not greeting, not closing).
+    var isAttached: Bool {
+        if case .attached = self { return true }
+        return false
+    }
+
     /// The replica id, while attached or closing after being attached.
     var replica: Int? {
         switch self {

@@ -370,8 +370,7 @@ final class HubLoop {
         // Read once per batch, and again only after a decision that may change it: a
         // dispatch never does (a failure closes the connection, which `isClosing` shows).
         var state = connection.state
-        var isAttached = false
-        if case .attached = state { isAttached = true }
+        var isAttached = state.isAttached
         while !connection.isClosing, connections[connection.fd] === connection {
             guard budget > 0 else {
                 connection.moreFrames = true
@@ -403,8 +402,7 @@ final class HubLoop {
             carryOut(decision, for: connection)
             if case .dispatch = decision {} else {
                 state = connection.state
-                isAttached = false
-                if case .attached = state { isAttached = true }
+                isAttached = state.isAttached
             }
         }
     }

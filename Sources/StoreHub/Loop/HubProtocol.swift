@@ -58,9 +58,7 @@ enum HubProtocol {
     ///   - facts: The hub's app and history.
     /// - Returns: The decision.
     static func decide(_ payload: UnsafeRawBufferPointer, state: ConnectionState, facts: HubFacts) -> HubDecision {
-        var attached = false
-        if case .attached = state { attached = true }
-        return decideCanonicalDispatch(payload, attached: attached) ?? decideParsing(payload, state: state, facts: facts)
+        decideCanonicalDispatch(payload, attached: state.isAttached) ?? decideParsing(payload, state: state, facts: facts)
     }
 
     /// The common case of ``decide(_:state:facts:)``: a canonical dispatch from an attached
