@@ -18,7 +18,9 @@ final class BenchNATS {
 
     /// Starts one, or returns `nil` when `nats-server` is not installed.
     init?() throws {
-        guard let path = findOnPath("nats-server") else { return nil }
+        // The documented choice first (`.ci/run` sets it to the pinned server), then PATH.
+        let chosen = ProcessInfo.processInfo.environment["STORESYNC_NATS_SERVER"].flatMap { $0.isEmpty ? nil : $0 }
+        guard let path = chosen ?? findOnPath("nats-server") else { return nil }
         port = try Self.freePort()
         directory = NSTemporaryDirectory() + "sync-bench-nats-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)

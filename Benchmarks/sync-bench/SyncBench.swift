@@ -41,7 +41,7 @@ let usage = """
                         executor=replica (inside withTaskExecutorPreference(replica.executor))
       nats.publish      the shared log's baseline: envelope-sized messages published to a JetStream
                         stream by the hub's own NATS client, 256 unacknowledged at most, no
-                        expectations (skipped when nats-server is not on PATH: apt-get install nats-server)
+                        expectations (skipped without a nats-server: $STORESYNC_NATS_SERVER, else PATH)
       hub.throughput    (fsync=nats) N = 4 replicas over 1 hub and over 3 hubs on one stream of a
                         local nats-server; hub.latency (log=nats) unloaded
       hub.rss           the hub's resident memory: at rest, with 64 idle replicas, after 1,000,000
@@ -202,7 +202,7 @@ struct SyncBench {
                                                     log: try sharedLog(nats, stream: "LAT\(UInt32.random(in: 0...UInt32.max))")))
                     }
                 } else {
-                    Console.error("sync-bench: nats.publish and the shared-log scenarios skipped: nats-server is not on PATH (apt-get install nats-server)")
+                    Console.error("sync-bench: nats.publish and the shared-log scenarios skipped: no nats-server (set STORESYNC_NATS_SERVER, or put nats-server 2.10.23–2.12.x on PATH; bash .ci/run installs 2.12.8 in .build)")
                 }
             }
             if wanted("hydrate") { report(try hydrate(stateBytes: 1 << 20)) }

@@ -24,16 +24,27 @@ public struct NATSError: Error, Sendable, Equatable, CustomStringConvertible {
         case api(code: Int, errCode: Int)
         /// No server answers on the subject (NATS status 503): JetStream off, or no quorum.
         case noResponders
+        /// The server asks for what this client does not do: TLS (`tls_required`). Nothing,
+        /// credentials least of all, was sent to it.
+        case unsupported
     }
 
+    /// What kind of failure.
     public let kind: Kind
+    /// What happened, for a person; never holds a credential.
     public let message: String
 
+    /// Creates an error.
+    ///
+    /// - Parameters:
+    ///   - kind: What kind of failure.
+    ///   - message: What happened, for a person.
     public init(_ kind: Kind, _ message: String) {
         self.kind = kind
         self.message = message
     }
 
+    /// ``message``.
     public var description: String { message }
 }
 
@@ -50,9 +61,15 @@ public final class NATSConnection {
     public let server: String
     /// The server's latest `INFO`.
     public private(set) var info: JSON
-    /// The largest message (headers and payload) the server accepts.
-    public var maxPayload: Int { info["max_payload"]?.intValue ?? 1 << 20 }
-    private var parser = NATSParser()
+    /// The largest message (headers and payload) the server accepts, as its `INFO` says
+    /// (between 1 KiB and 64 MiB whatever it says; 1 MiB when it says nothing).
+    public var maxPayload: Int { min(64 << 20, max(1 << 10, info["max_payload"]?.intValue ?? 1 << 20)) }
+    /// The server's release, as its `INFO` says (`nil`: it did not say, or not as numbers).
+    public var serverVersion: NATSServerVersion? { info["version"]?.stringValue.flatMap(NATSServerVersion.init) }
+    /// The most messages kept for the next ``read(timeoutMilliseconds:)`` while waiting for a
+    /// reply: a server that sends more than this meanwhile breaks the connection.
+    public static let maxQueuedMessages = 65_536
+    private var parser = NATSParser(maxPayload: 1 << 20)
     private var output: [UInt8] = []
     private var nextSID = 1
     /// `_INBOX.<random>`: this connection's own reply subjects start with it.
@@ -97,7 +114,7 @@ public final class NATSConnection {
                                    timeoutMilliseconds: timeoutMilliseconds)
             } catch {
                 last = error
-                if case .authorization = error.kind { throw error }
+                if error.kind == .authorization || error.kind == .unsupported { throw error }
             }
         }
         throw last
@@ -123,6 +140,12 @@ public final class NATSConnection {
                 guard ContinuousClock.now < deadline else { throw NATSError(.timeout, "no INFO from \(server) in time; is it a NATS server?") }
                 _ = try connection.read(timeoutMilliseconds: timeoutMilliseconds)
             }
+            if connection.info["tls_required"]?.boolValue == true {
+                // This client has no TLS: nothing is sent, credentials least of all.
+                throw NATSError(.unsupported, "NATS at \(server) requires TLS, which this client does not speak; nothing was sent to it (no credentials). Connect to a NATS server on this host over loopback without TLS (a member of the cluster, with TLS between the servers)")
+            }
+            // Messages past the server's own limit are a broken protocol, not something to buffer.
+            connection.parser = NATSParser(maxPayload: connection.maxPayload + 64 << 10)
             var options: [JSONKey: JSON] = [
                 "verbose": false, "pedantic": false, "headers": true, "no_responders": true, "protocol": 1,
                 "lang": "swift", "version": .string(StoreSyncVersion.current), "name": .string(name),
@@ -316,6 +339,9 @@ public final class NATSConnection {
                     answer = message
                 } else {
                     held.append(message)
+                }
+                guard held.count + queued.count <= Self.maxQueuedMessages else {
+                    throw NATSError(.protocolError, "NATS at \(server) sent more than \(Self.maxQueuedMessages) messages while this client waited for an answer to \(subject)")
                 }
             }
             if let answer {

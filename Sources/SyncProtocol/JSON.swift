@@ -163,6 +163,14 @@ extension JSON {
         return Int(value)
     }
 
+    /// The number as an exact integer of zero or more, or `nil` when this is not an integral
+    /// number within 0…2^53: a count or a sequence number from another process, converted
+    /// without a trap whatever it sent (`-1`, `1e300`, `2.5`).
+    @inlinable public var uint64Value: UInt64? {
+        guard let value = intValue, value >= 0 else { return nil }
+        return UInt64(value)
+    }
+
     /// The Boolean payload, or `nil` when this is not a Boolean.
     @inlinable public var boolValue: Bool? {
         if case .bool(let value) = self { return value }

@@ -99,3 +99,87 @@ struct NATSConnectionTests {
         #expect(later.first?.payload == Array("xyz".utf8))
     }
 }
+
+@Suite("NATSConnection: what a hostile or unusual server cannot make it do")
+struct NATSConnectionRefusalTests {
+    @Test("a server that requires TLS is refused before CONNECT: no credentials reach it")
+    func tlsRequiredGetsNoCredentials() throws {
+        let received = Mutex("")
+        let server = try FakeNATSServer { server, fd in
+            server.send(fd, "INFO {\"server_id\":\"fake\",\"max_payload\":1048576,\"headers\":true,\"tls_required\":true}\r\n")
+            // Whatever the client sends until it hangs up.
+            let text = server.readUntil(fd, "never")
+            received.withLock { $0 = text }
+        }
+        #expect {
+            _ = try NATSConnection.connect(servers: ["127.0.0.1:\(server.port)"], user: "storesync", password: "hub-secret-pw", name: "test")
+        } throws: { error in
+            guard let error = error as? NATSError else { return false }
+            return error.kind == .unsupported && error.message.contains("requires TLS") && !error.message.contains("hub-secret-pw")
+        }
+        server.finish()
+        #expect(received.withLock { $0 }.isEmpty)
+    }
+
+    @Test("a server that floods messages while the client waits for a reply breaks the connection, bounded")
+    func floodWhileWaitingIsBounded() throws {
+        let server = try FakeNATSServer { server, fd in
+            server.send(fd, "INFO {\"server_id\":\"fake\",\"max_payload\":1048576,\"headers\":true}\r\n")
+            _ = server.readUntil(fd, "PING\r\n")
+            server.send(fd, "PONG\r\n")
+            _ = server.readUntil(fd, "PUB api")
+            let chunk = String(repeating: "MSG other 1 1\r\nx\r\n", count: 4096)
+            for _ in 0..<((NATSConnection.maxQueuedMessages / 4096) + 2) { server.send(fd, chunk) }
+            _ = server.readUntil(fd, "never")
+        }
+        let connection = try NATSConnection.connect(servers: ["127.0.0.1:\(server.port)"], name: "test")
+        defer {
+            connection.close()
+            server.finish()
+        }
+        connection.subscribe("other")
+        #expect {
+            _ = try connection.request("api", payload: [], timeoutMilliseconds: 10_000)
+        } throws: { error in
+            (error as? NATSError)?.kind == .protocolError
+        }
+    }
+}
+
+@Suite("JetStream's acknowledgement subjects and server releases")
+struct JetStreamSubjectTests {
+    @Test("v1 (9 tokens) and v2 (11 and 12 tokens) give the same stream sequence and pending count")
+    func bothForms() {
+        let v1 = JetStreamAckSubject("$JS.ACK.ledger.c1.1.42.40.1700000000000000000.3")
+        let v2 = JetStreamAckSubject("$JS.ACK._.ACCHASH.ledger.c1.1.42.40.1700000000000000000.3")
+        let v2Token = JetStreamAckSubject("$JS.ACK.hub.ACCHASH.ledger.c1.1.42.40.1700000000000000000.3.Xy7")
+        for ack in [v1, v2, v2Token] {
+            #expect(ack?.stream == "ledger")
+            #expect(ack?.consumer == "c1")
+            #expect(ack?.streamSequence == 42)
+            #expect(ack?.consumerSequence == 40)
+            #expect(ack?.pending == 3)
+        }
+    }
+
+    @Test("anything else is not an acknowledgement subject", arguments: [
+        "", "$JS.ACK", "_INBOX.abc.1", "$JS.ACK.ledger.c1.1.-5.40.0.3", "$JS.ACK.ledger.c1.1.99999999999999999999999.40.0.3",
+        "$JS.ACK.ledger.c1.1.4 2.40.0.3", "$JS.NAK.ledger.c1.1.42.40.0.3", "$JS.ACK..c1.1.42.40.0.3",
+        "$JS.ACK.a.b.ledger.c1.1.42.40.0.3.t.extra", "$JS.ACK.ledger.c1.1.42.40.0",
+    ])
+    func malformed(_ reply: String) {
+        #expect(JetStreamAckSubject(reply) == nil)
+    }
+
+    @Test("server releases read and order as numbers; suffixes are ignored")
+    func versions() {
+        #expect(NATSServerVersion("2.12.8") == NATSServerVersion(2, 12, 8))
+        #expect(NATSServerVersion("2.11.0-RC.1") == NATSServerVersion(2, 11, 0))
+        #expect(NATSServerVersion("2.9.10")! < NATSServerVersion("2.10.23")!)
+        #expect(NATSServerVersion("2.10.23")! < NATSServerVersion("2.12.8")!)
+        #expect(NATSServerVersion("v2.12.8") == nil)
+        #expect(NATSServerVersion("2.12") == nil)
+        #expect(NATSServerVersion("2.-1.0") == nil)
+        #expect(NATSServerVersion("99999999999.1.1") == nil)
+    }
+}

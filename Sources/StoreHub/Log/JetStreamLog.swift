@@ -97,6 +97,10 @@ package final class JetStreamLog: HubLog {
 
     // MARK: - Opening
 
+    /// The largest replica id a lease in the stream may name: a larger `below` (written by
+    /// something other than a hub) is ignored, never added to.
+    static let maxReplicaID = 1 << 40
+
     /// How long opening waits for NATS (not reachable yet, a cluster still electing leaders)
     /// before the hub gives up.
     static let openPatience: Duration = .seconds(60)
@@ -147,15 +151,57 @@ package final class JetStreamLog: HubLog {
     /// - Parameter info: The answer.
     /// - Returns: The hub seq of the stream's last record.
     package static func lastActionSeq(in info: JSON) -> UInt64 {
-        UInt64(max(1, info["state"]?["last_seq"]?.intValue ?? 1)) - 1
+        max(1, info["state"]?["last_seq"]?.uint64Value ?? 1) - 1
+    }
+
+    /// The oldest nats-server release a hub runs on. Older releases lose acknowledged records,
+    /// or truncate a stream without a quorum, around leader changes (the Raft fixes of 2.9.15,
+    /// 2.10.23); docs/OPERATIONS.md §20 lists what each supported release promises.
+    static let oldestSupportedServer = NATSServerVersion(2, 10, 23)
+    /// The first release a hub refuses. 2.14.0 and later stop a replicated stream for good
+    /// after a publish whose `Nats-Expected-Last-Msg-Id` is stale ("critical write error: last
+    /// msgid mismatch", on every replica), and a hub sends that header when it pipelines
+    /// proposals (reproduced by `Scripts/nats-msgid-wedge.py`); no 2.13 release was tested.
+    static let firstUnsupportedServer = NATSServerVersion(2, 13, 0)
+    /// The supported releases, for messages.
+    static let supportedServers = "2.10.23 to 2.12.x (the tests and the bench pin 2.12.8)"
+
+    /// Why a hub must not use the server it reached, if it must not.
+    ///
+    /// - Parameter connection: An open connection.
+    /// - Returns: One line saying which release the server runs and what to run instead, or
+    ///   `nil` when its release is supported (or unknown: a server that does not say is used).
+    static func supportProblem(_ connection: NATSConnection) -> String? {
+        supportProblem(version: connection.serverVersion, server: connection.server)
+    }
+
+    /// Why a hub must not use a server of release `version`, if it must not.
+    ///
+    /// - Parameters:
+    ///   - version: The release the server's `INFO` gives (`nil`: it gives none).
+    ///   - server: Its `host:port`, for the message.
+    /// - Returns: One line saying what to run instead, or `nil` when the release is supported.
+    static func supportProblem(version: NATSServerVersion?, server: String) -> String? {
+        guard let version else { return nil }
+        if version < oldestSupportedServer {
+            return "NATS at \(server) runs nats-server \(version), older than \(oldestSupportedServer), the oldest a hub supports: older releases can lose acknowledged records around a leader change. Upgrade every server of the cluster to \(supportedServers); see docs/OPERATIONS.md §20"
+        }
+        if version >= firstUnsupportedServer {
+            return "NATS at \(server) runs nats-server \(version), newer than this hub supports: from 2.14.0 on, a replicated stream stops for good after a publish whose Nats-Expected-Last-Msg-Id is stale, which a hub sends. Run \(supportedServers) on every server of the cluster; see docs/OPERATIONS.md §20"
+        }
+        return nil
     }
 
     /// Whether a NATS failure may pass by itself (a server not up yet, a cluster electing).
     private static func isTransient(_ error: NATSError) -> Bool {
         switch error.kind {
         case .unreachable, .timeout, .noResponders: true
-        case .api(let code, let errCode): code == 503 || code == 408 || errCode == 10008 || errCode == 10074
-        case .authorization, .protocolError: false
+        case .api(let code, let errCode):
+            // 10005 at start: an R3 stream asked of a cluster that does not know all its
+            // servers yet (a cluster starting); it passes once they have met.
+            code == 503 || code == 408 || errCode == JetStreamErrorCode.temporarilyUnavailable
+                || errCode == JetStreamErrorCode.notCurrentlyAvailable || errCode == JetStreamErrorCode.noSuitablePeers
+        case .authorization, .protocolError, .unsupported: false
         }
     }
 
@@ -164,7 +210,9 @@ package final class JetStreamLog: HubLog {
         do throws(NATSError) {
             connection = try worker.connect()
         } catch {
-            var failure = StorageError("cannot open the shared log \(configuration.redacted): \(error.message); check that nats-server runs with JetStream (-js) and that the address and credentials are right")
+            // A refused server's line already says what to do.
+            let hint = error.kind == .unsupported ? "" : "; check that nats-server runs with JetStream (-js) and that the address and credentials are right"
+            var failure = StorageError("cannot open the shared log \(configuration.redacted): \(error.message)\(hint)")
             failure.isTransient = Self.isTransient(error)
             throw failure
         }
@@ -176,6 +224,10 @@ package final class JetStreamLog: HubLog {
             return start
         } catch {
             connection.close()
+            // The data directory's lock goes with the failed attempt: the next attempt, or
+            // the next start of the hub, takes it again.
+            localSnapshots?.close()
+            localSnapshots = nil
             throw error
         }
     }
@@ -217,14 +269,12 @@ package final class JetStreamLog: HubLog {
                 throw failure
             }
             let last = Self.lastActionSeq(in: info)
-            let first = UInt64(max(0, info["state"]?["first_seq"]?.intValue ?? 0))
             if from <= last {
                 // The actions after the snapshot must all still be in the stream.
                 let firstAction = try firstActionSeq(connection)
                 if let firstAction, firstAction > from {
                     throw StorageError("the stream \(names.stream) starts at action \(firstAction) (it was trimmed), and this hub's newest snapshot is at seq \(from - 1); actions \(from)…\(firstAction - 1) are gone. Start the hub where a shared snapshot covers them, or restore the stream", isDataProblem: true)
                 }
-                _ = first
                 start.records = try readRecords(connection, from: from, through: last)
             }
             start.largestOrigin = start.records.map(\.origin).max() ?? 0
@@ -243,7 +293,7 @@ package final class JetStreamLog: HubLog {
     private func ensureStream(_ connection: NATSConnection, name: String, subjects: [String]) throws(NATSError) {
         do throws(NATSError) {
             _ = try connection.jetStream("STREAM.INFO." + name, nil)
-        } catch where error.kind == .api(code: 404, errCode: 10059) {
+        } catch where error.kind == .api(code: 404, errCode: JetStreamErrorCode.streamNotFound) {
             let config: JSON = [
                 "name": .string(name), "subjects": .array(subjects.map { .string($0) }), "storage": "file",
                 "num_replicas": JSON(configuration.replicas), "retention": "limits", "discard": "old",
@@ -252,7 +302,7 @@ package final class JetStreamLog: HubLog {
             do throws(NATSError) {
                 _ = try connection.jetStream("STREAM.CREATE." + name, config)
                 note("hubd: created the stream \(name) (\(configuration.replicas) replica\(configuration.replicas == 1 ? "" : "s")) on \(connection.server)")
-            } catch where error.kind == .api(code: 400, errCode: 10058) || error.kind == .api(code: 400, errCode: 10065) {
+            } catch where error.kind == .api(code: 400, errCode: JetStreamErrorCode.streamNameInUse) || error.kind == .api(code: 400, errCode: JetStreamErrorCode.subjectsOverlap) {
                 // Another hub created it meanwhile (with other settings: "name already in
                 // use"; or, as the server checks subjects first, "subjects overlap with an
                 // existing stream"): use theirs. A stream of another name holding these
@@ -304,17 +354,19 @@ package final class JetStreamLog: HubLog {
         let answer: JSON
         do throws(NATSError) {
             answer = try connection.jetStream("STREAM.MSG.GET." + stream, body)
-        } catch where error.kind == .api(code: 404, errCode: 10037) {
+        } catch where error.kind == .api(code: 404, errCode: JetStreamErrorCode.noMessageFound) {
             return nil
         }
-        guard let message = answer["message"], let seq = message["seq"]?.intValue else { return nil }
+        guard let message = answer["message"], let seq = message["seq"]?.uint64Value else { return nil }
         let data = message["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }.map { [UInt8]($0) } ?? []
         let headers = message["hdrs"]?.stringValue.flatMap { Data(base64Encoded: $0) }.flatMap { NATSHeaders.decode([UInt8]($0)[...]) }
-        return Stored(seq: UInt64(seq), data: data, headers: headers)
+        return Stored(seq: seq, data: data, headers: headers)
     }
 
     private func firstActionSeq(_ connection: NATSConnection) throws(NATSError) -> UInt64? {
-        guard let first = try getMessage(connection, stream: names.stream, body: ["seq": 1, "next_by_subj": .string(names.actions)]) else {
+        guard let first = try getMessage(connection, stream: names.stream, body: ["seq": 1, "next_by_subj": .string(names.actions)]),
+              first.seq >= 2 else {
+            // None, or an answer that puts an action at or before the genesis: nothing to say.
             return nil
         }
         return first.seq - 1
@@ -342,9 +394,8 @@ package final class JetStreamLog: HubLog {
                 throw stalled
             }
             for message in messages where message.sid == sid {
-                if let headers = message.headers, headers.status == 100 {
-                    if let reply = message.reply { connection.publish(reply, payload: []) }
-                    if let stalled = headers["Nats-Consumer-Stalled"] { connection.publish(stalled, payload: []) }
+                if let reply = Self.controlReplies(message, deliverSubject: deliver) {
+                    for subject in reply { connection.publish(subject, payload: []) }
                     continue
                 }
                 guard let record = try Self.record(from: message, names: names) else { continue }
@@ -360,16 +411,38 @@ package final class JetStreamLog: HubLog {
         return records
     }
 
+    /// Whether a message on a consumer's subscription is one of JetStream's own (an idle
+    /// heartbeat or a flow-control request), and if so the subjects to answer on.
+    ///
+    /// JetStream sends those on the consumer's deliver subject, with status 100; a stored
+    /// message comes with the subject it was published on, whatever headers its publisher
+    /// wrote (a publisher could store `NATS/1.0 100` and `Nats-Consumer-Stalled:
+    /// $JS.API.STREAM.PURGE.…`). So a status is honoured only on the deliver subject, and
+    /// only `$JS.FC.` subjects are answered: nothing a publisher stored can make the hub send
+    /// a request of its choosing.
+    ///
+    /// - Parameters:
+    ///   - message: A message on the consumer's subscription.
+    ///   - deliverSubject: The consumer's deliver subject.
+    /// - Returns: `nil` for a stored message; else the flow-control subjects to answer (maybe none).
+    static func controlReplies(_ message: NATSMessage, deliverSubject: String) -> [String]? {
+        guard message.subject == deliverSubject, let headers = message.headers, headers.status == 100 else { return nil }
+        var replies: [String] = []
+        if let reply = message.reply, reply.hasPrefix("$JS.FC.") { replies.append(reply) }
+        if let stalled = headers["Nats-Consumer-Stalled"], stalled.hasPrefix("$JS.FC."), !stalled.contains(" ") {
+            replies.append(stalled)
+        }
+        return replies
+    }
+
     /// A delivered message as a record, checked against its stream sequence.
     static func record(from message: NATSMessage, names: Names) throws(StorageError) -> LogRecord? {
         guard message.subject == names.actions, let reply = message.reply else { return nil }
-        let tokens = reply.split(separator: ".")
-        // $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending> (9 tokens), or
-        // the 12-token form with a domain and an account hash after ACK.
-        let index = tokens.count >= 12 ? 7 : 5
-        guard tokens.count > index, let streamSeq = UInt64(tokens[index]), streamSeq >= 1 else {
+        // Either form of JetStream's acknowledgement subject (v1, or v2 with a domain).
+        guard let ack = JetStreamAckSubject(reply), ack.stream == names.stream, ack.streamSequence >= 1 else {
             throw StorageError("a delivery from \(names.stream) without a stream sequence")
         }
+        let streamSeq = ack.streamSequence
         let read = message.payload.withUnsafeBytes { LogRecord(canonicalBody: $0) }
             ?? (try? JSON(parsing: message.payload)).flatMap { LogRecord(json: $0) }
         guard let record = read, record.seq == streamSeq - 1 else {
@@ -381,10 +454,10 @@ package final class JetStreamLog: HubLog {
     private func readSharedSnapshot(_ connection: NATSConnection, history: String) throws(NATSError) -> StoredSnapshot? {
         guard let head = try lastMessage(connection, stream: names.meta, subject: names.head),
               let json = try? JSON(parsing: head.data), json["history"]?.stringValue == history,
-              let seq = json["seq"]?.intValue, let chunks = json["chunks"]?.intValue, let first = json["first"]?.intValue,
-              let tag = json["tag"]?.stringValue else { return nil }
+              let seq = json["seq"]?.uint64Value, let chunks = json["chunks"]?.intValue, let first = json["first"]?.uint64Value,
+              (1...(1 << 20)).contains(chunks), let tag = json["tag"]?.stringValue else { return nil }
         var body: [UInt8] = []
-        var position = UInt64(first)
+        var position = first
         var found = 0
         while found < chunks {
             guard let chunk = try getMessage(connection, stream: names.meta,
@@ -395,7 +468,7 @@ package final class JetStreamLog: HubLog {
             found += 1
         }
         guard let parsed = try? JSON(parsing: body), case .success(let snapshot) = StoredSnapshot.read(parsed),
-              snapshot.seq == UInt64(seq) else {
+              snapshot.seq == seq else {
             note("hubd: warning: the shared snapshot at seq \(seq) is damaged; starting from an older one")
             return nil
         }
@@ -404,7 +477,8 @@ package final class JetStreamLog: HubLog {
 
     private func readLease(_ connection: NATSConnection) throws(NATSError) -> (below: Int, subjectSeq: UInt64) {
         guard let lease = try lastMessage(connection, stream: names.meta, subject: names.lease),
-              let json = try? JSON(parsing: lease.data), let below = json["below"]?.intValue else { return (0, 0) }
+              let json = try? JSON(parsing: lease.data), let below = json["below"]?.intValue,
+              (0...Self.maxReplicaID).contains(below) else { return (0, 0) }
         return (below, lease.seq)
     }
 
@@ -555,8 +629,13 @@ final class LocalSnapshots {
         newest = nil
     }
 
+    /// Releases the directory and its lock (once; later calls do nothing).
     func close() {
+        guard !closed else { return }
+        closed = true
         handle.close()
         FileSystem.close(lockFD)
     }
+
+    private var closed = false
 }

@@ -85,12 +85,28 @@ extension JetStreamLog {
             for fd in [wakeRead, wakeWrite, readyFD, readyWrite] where fd >= 0 { UnixSocket.close(fd) }
         }
 
-        /// Connects to the first server that answers.
-        func connect() throws(NATSError) -> NATSConnection {
-            try NATSConnection.connect(servers: configuration.servers, user: configuration.user,
-                                       password: configuration.password, token: configuration.token,
-                                       name: "storesync-hub \(names.stream)")
+        /// Connects to the first server that answers, and refuses one whose release this hub
+        /// does not support (``JetStreamLog/supportProblem(_:)``).
+        ///
+        /// - Parameters:
+        ///   - servers: `host:port` each, tried in order.
+        ///   - timeoutMilliseconds: The longest wait for each step.
+        func connect(servers: [String]? = nil, timeoutMilliseconds: Int32 = 2_000) throws(NATSError) -> NATSConnection {
+            let connection = try NATSConnection.connect(servers: servers ?? configuration.servers, user: configuration.user,
+                                                        password: configuration.password, token: configuration.token,
+                                                        name: "storesync-hub \(names.stream)", timeoutMilliseconds: timeoutMilliseconds)
+            if let problem = JetStreamLog.supportProblem(connection) {
+                connection.close()
+                throw NATSError(.unsupported, problem)
+            }
+            if connection.serverVersion == nil, !warnedUnknownVersion.exchange(true, ordering: .relaxed) {
+                note("hubd: warning: NATS at \(connection.server) does not say which release it runs; this hub supports nats-server \(JetStreamLog.supportedServers)")
+            }
+            return connection
         }
+
+        /// Whether the warning about a server that does not say its release was written.
+        private let warnedUnknownVersion = Atomic<Bool>(false)
 
         /// Starts the worker thread on an open connection, reading the stream from hub seq `next`.
         /// The chain check (``State/lastReadHash``) starts with the first record it reads: only
@@ -244,6 +260,8 @@ extension JetStreamLog {
         let worker: Worker
         var connection: NATSConnection?
         var consumerSID = 0
+        /// The consumer's deliver subject: JetStream's own heartbeats and flow control come on it.
+        var deliverSubject = ""
         var acksSID = 0
         var ackCounter = 0
         /// The hub seq of the next record the consumer must deliver.
@@ -361,7 +379,7 @@ extension JetStreamLog {
                 catchUpTarget = last >= next ? last : nil
                 refreshFirstSeq()
                 try connection.flush()
-            } catch where error.kind == .api(code: 404, errCode: 10059) {
+            } catch where error.kind == .api(code: 404, errCode: JetStreamErrorCode.streamNotFound) {
                 // As above: a stream is taken as deleted only when NATS still says so 10 s on.
                 if confirmed("gone") { streamGone() } else { lost("NATS says the stream \(names.stream) does not exist; asking again") }
                 return
@@ -385,8 +403,8 @@ extension JetStreamLog {
                 try startConsumer()
                 if polling { worker.note("hubd: reading the shared log with a consumer again, from seq \(next)") }
                 polling = false
-            } catch where error.kind == .timeout || error.kind == .noResponders || error.kind == .api(code: 503, errCode: 10008)
-                || error.kind == .api(code: 500, errCode: 10008) {
+            } catch where error.kind == .timeout || error.kind == .noResponders || error.kind == .api(code: 503, errCode: JetStreamErrorCode.temporarilyUnavailable)
+                || error.kind == .api(code: 500, errCode: JetStreamErrorCode.temporarilyUnavailable) {
                 if let connection, consumerSID != 0 { connection.unsubscribe(consumerSID) }
                 consumerSID = 0
                 if !polling {
@@ -405,7 +423,7 @@ extension JetStreamLog {
                 let answer: JSON
                 do throws(NATSError) {
                     answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(next + 1)])
-                } catch where error.kind == .api(code: 404, errCode: 10037) {
+                } catch where error.kind == .api(code: 404, errCode: JetStreamErrorCode.noMessageFound) {
                     // Not written yet, or this hub believes in records the stream does not hold.
                     if facts.streamLast >= next { recheckStreamEnd() }
                     return
@@ -413,7 +431,7 @@ extension JetStreamLog {
                     lost(error.message)
                     return
                 }
-                guard let message = answer["message"], let seq = message["seq"]?.intValue,
+                guard let message = answer["message"], let seq = message["seq"]?.uint64Value,
                       let subject = message["subject"]?.stringValue else { return }
                 let payload = message["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }.map { [UInt8]($0) } ?? []
                 let headers = message["hdrs"]?.stringValue.flatMap { Data(base64Encoded: $0) }.flatMap { NATSHeaders.decode([UInt8]($0)[...]) }
@@ -432,6 +450,7 @@ extension JetStreamLog {
             if consumerSID != 0 { connection.unsubscribe(consumerSID) }
             held.removeAll()
             let deliver = connection.newInbox()
+            deliverSubject = deliver
             consumerSID = connection.subscribe(deliver)
             let config: JSON = ["stream_name": .string(names.stream), "config": [
                 "deliver_subject": .string(deliver), "deliver_policy": "by_start_sequence", "opt_start_seq": JSON(next + 1),
@@ -474,17 +493,22 @@ extension JetStreamLog {
             let order = Array(servers[serverIndex...] + servers[..<serverIndex])
             serverIndex = (serverIndex + 1) % max(1, servers.count)
             do throws(NATSError) {
-                let connection = try NATSConnection.connect(servers: order, user: configuration.user, password: configuration.password,
-                                                            token: configuration.token, name: "storesync-hub \(names.stream)",
-                                                            timeoutMilliseconds: 1_000)
+                let connection = try worker.connect(servers: order, timeoutMilliseconds: 1_000)
                 worker.note("hubd: reconnected to the shared log at \(connection.server); reading from seq \(next)")
                 suspect()
                 adopt(connection)
             } catch {
+                if error.kind == .unsupported, reportedUnsupported != error.message {
+                    reportedUnsupported = error.message
+                    worker.note("hubd: \(error.message)")
+                }
                 nextAttempt = .now + backoff
                 backoff = min(backoff * 2, .seconds(2))
             }
         }
+
+        /// The last refusal of a server's release that was logged (once each, not per attempt).
+        private var reportedUnsupported: String?
 
         // MARK: The loop
 
@@ -554,7 +578,7 @@ extension JetStreamLog {
                 if !inDoubt {
                     inDoubt = true
                     suspect()
-                    emit([.inDoubt(from: oldest.record.seq, reason: "no acknowledgement from NATS within 5 s (no quorum?)")])
+                    emit([.inDoubt(from: oldest.record.seq, reason: "no acknowledgement from the stream's leader within 5 s (an election, or too few of its servers up for a quorum)")])
                     publishFacts()
                 }
                 if now - lastResend > Self.ackTimeout {
@@ -737,10 +761,9 @@ extension JetStreamLog {
         private func receive(_ message: NATSMessage) {
             if message.sid == consumerSID {
                 lastDelivery = .now
-                if let headers = message.headers, headers.status == 100 {
-                    if let reply = message.reply { connection?.publish(reply, payload: []) }
-                    if let stalled = headers["Nats-Consumer-Stalled"] { connection?.publish(stalled, payload: []) }
-                    if let last = headers["Nats-Last-Stream"].flatMap({ UInt64($0) }), last >= 1 {
+                if let replies = JetStreamLog.controlReplies(message, deliverSubject: deliverSubject) {
+                    for reply in replies { connection?.publish(reply, payload: []) }
+                    if let last = message.headers?["Nats-Last-Stream"].flatMap({ UInt64($0) }), last >= 1 {
                         facts.streamLast = max(facts.streamLast, last - 1)
                         if let target = catchUpTarget, next > target { catchUpTarget = nil }
                     }
@@ -757,16 +780,15 @@ extension JetStreamLog {
                 held.append(message)
                 return
             }
-            // $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending> (or the
-            // 12-token form): the stream seq and how many records follow it.
-            let tokens = message.reply.map(Self.ackTokens) ?? []
-            let streamSeqToken = tokens.count >= 12 ? 7 : 5
-            if let pendingCount = tokens.last, tokens.count > streamSeqToken {
-                facts.streamLast = max(facts.streamLast, tokens[streamSeqToken] &- 1 &+ pendingCount)
+            // The stream seq and how many records follow it (either form of the subject).
+            let ack = message.reply.flatMap(JetStreamAckSubject.init)
+            if let ack, ack.streamSequence >= 1 {
+                let (last, overflow) = (ack.streamSequence - 1).addingReportingOverflow(ack.pending)
+                if !overflow { facts.streamLast = max(facts.streamLast, last) }
             }
             // This hub's own oldest proposal read back: the same bytes at its seq. It is
             // applied from the hub's copy, so the record is not decoded again.
-            if let first = pending.first, tokens.count > streamSeqToken, tokens[streamSeqToken] == first.record.seq + 1,
+            if let first = pending.first, let ack, ack.streamSequence == first.record.seq + 1,
                first.record.seq == next, message.subject == names.actions, message.payload == first.payload {
                 guard mayApply(first, delivered: message), !chainBroken(message) else { return }
                 lastReadHash = Self.chainHash(message.payload)
@@ -878,7 +900,7 @@ extension JetStreamLog {
                     return lastReadHash
                 }
                 return Self.chainHash([UInt8](data))
-            } catch where error.kind == .api(code: 404, errCode: 10037) {
+            } catch where error.kind == .api(code: 404, errCode: JetStreamErrorCode.noMessageFound) {
                 // Trimmed (or never written): nothing to compare with.
                 return lastReadHash
             } catch {
@@ -899,7 +921,7 @@ extension JetStreamLog {
             do throws(NATSError) {
                 let answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(seq + 1)])
                 copy = answer["message"]?["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }.map { [UInt8]($0) }
-            } catch where error.kind == .api(code: 404, errCode: 10037) {
+            } catch where error.kind == .api(code: 404, errCode: JetStreamErrorCode.noMessageFound) {
                 copy = nil
             } catch {
                 lost("cannot check seq \(seq) with the stream's leader: \(error.message)")
@@ -975,23 +997,6 @@ extension JetStreamLog {
             return nil
         }
 
-        /// The numeric tokens of a `$JS.ACK…` reply subject (non-numbers as 0), read from bytes.
-        static func ackTokens(_ reply: String) -> [UInt64] {
-            var tokens: [UInt64] = []
-            tokens.reserveCapacity(12)
-            var value: UInt64 = 0
-            for byte in reply.utf8 {
-                if byte == UInt8(ascii: ".") {
-                    tokens.append(value)
-                    value = 0
-                } else if byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") {
-                    value = value &* 10 &+ UInt64(byte - UInt8(ascii: "0"))
-                }
-            }
-            tokens.append(value)
-            return tokens
-        }
-
         private func acknowledged(_ message: NATSMessage) {
             // The subject ends in the number the copy was sent with; acks mostly come in order.
             var number = 0, scale = 1
@@ -1007,7 +1012,7 @@ extension JetStreamLog {
                 // sent before may have been, so a re-sent proposal stays in doubt (re-sent
                 // again until the stream answers for it).
                 guard item.attempts == 1 else { return }
-                void(from: index, .failed(from: item.record.seq, StorageError("no NATS server stored it: the stream \(names.stream) has no leader (no quorum?)")))
+                void(from: index, .failed(from: item.record.seq, StorageError("no NATS server took it: the stream \(names.stream) has no leader at this moment (an election after a server left, or too few of its servers up for a quorum)")))
                 return
             }
             // The common answer, {"stream":"S", "seq":N}, needs no parsing.
@@ -1024,7 +1029,18 @@ extension JetStreamLog {
                 let code = error["err_code"]?.intValue ?? 0
                 let text = error["description"]?.stringValue ?? ""
                 switch code {
-                case 10071:
+                case JetStreamErrorCode.duplicateInProcess, JetStreamErrorCode.ingestLimitReached:
+                    // Not a verdict: an earlier copy with this id is being stored right now
+                    // (2.11+: "duplicate message id is in process"), or the stream takes no more
+                    // for a moment (its ingest limits). The proposal stays in doubt and goes
+                    // again, with the same id and expectations, until the stream answers for it.
+                    if !inDoubt {
+                        inDoubt = true
+                        suspect()
+                        emit([.inDoubt(from: item.record.seq, reason: "NATS has not decided on it yet: \(ControlCharacters.escaped(text)) (\(code))")])
+                        publishFacts()
+                    }
+                case JetStreamErrorCode.wrongLastSequence:
                     let streamLast = text.split(separator: ":").last.flatMap { UInt64($0.trimmingCharacters(in: .whitespaces)) } ?? (item.expectedLast + 1)
                     if streamLast >= 1, streamLast < next {
                         // The leader says the stream ends before what this hub has read. A leader
@@ -1035,16 +1051,16 @@ extension JetStreamLog {
                         return
                     }
                     void(from: index, .conflict(from: item.record.seq, logLast: max(item.expectedLast, streamLast >= 1 ? streamLast - 1 : 0)))
-                case 10070:
+                case JetStreamErrorCode.wrongLastMessageID:
                     void(from: index, .conflict(from: item.record.seq, logLast: item.expectedLast))
                 default:
-                    void(from: index, .failed(from: item.record.seq, StorageError("NATS refused to store it: \(text) (\(code))")))
+                    void(from: index, .failed(from: item.record.seq, StorageError("NATS refused to store it: \(ControlCharacters.escaped(text)) (\(code))")))
                 }
                 return
             }
             if json["duplicate"]?.boolValue == true {
                 // Stored before, under the same id: the original is in the stream at that seq.
-                let original = UInt64(max(1, json["seq"]?.intValue ?? 1)) - 1
+                let original = max(1, json["seq"]?.uint64Value ?? 1) - 1
                 if original == item.record.seq {
                     pending[index].acknowledged = true
                     pending[index].ackedStreamSeq = original + 1
@@ -1055,7 +1071,7 @@ extension JetStreamLog {
                 return
             }
             pending[index].acknowledged = true
-            pending[index].ackedStreamSeq = UInt64(max(0, json["seq"]?.intValue ?? 0))
+            pending[index].ackedStreamSeq = json["seq"]?.uint64Value ?? 0
             noteStreamHolds(pending[index].ackedStreamSeq)
             releaseHeld()
             updateAvailability()
@@ -1217,8 +1233,8 @@ extension JetStreamLog {
             if let connection, let answer = try? connection.jetStream("STREAM.MSG.GET." + names.meta, ["last_by_subj": .string(names.head)]),
                let data = answer["message"]?["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }),
                let head = try? JSON(parsing: [UInt8](data)), head["history"]?.stringValue == history,
-               let seq = head["seq"]?.intValue, seq > 0 {
-                facts.sharedSnapshotSeq = max(facts.sharedSnapshotSeq, UInt64(seq))
+               let seq = head["seq"]?.uint64Value, seq > 0 {
+                facts.sharedSnapshotSeq = max(facts.sharedSnapshotSeq, seq)
             }
             publishFacts()
         }
@@ -1228,8 +1244,8 @@ extension JetStreamLog {
             guard let connection,
                   let answer = try? connection.jetStream("STREAM.MSG.GET." + names.stream,
                                                          ["seq": 1, "next_by_subj": .string(names.actions)]),
-                  let seq = answer["message"]?["seq"]?.intValue, seq >= 2 else { return }
-            facts.firstSeq = UInt64(seq - 1)
+                  let seq = answer["message"]?["seq"]?.uint64Value, seq >= 2 else { return }
+            facts.firstSeq = seq - 1
         }
 
         // MARK: Leases and snapshots
@@ -1241,11 +1257,12 @@ extension JetStreamLog {
                     var below = 0
                     var subjectSeq: UInt64 = 0
                     if let answer = try? connection.jetStream("STREAM.MSG.GET." + names.meta, ["last_by_subj": .string(names.lease)]),
-                       let message = answer["message"], let seq = message["seq"]?.intValue,
+                       let message = answer["message"], let seq = message["seq"]?.uint64Value,
                        let data = message["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }),
-                       let json = try? JSON(parsing: [UInt8](data)), let value = json["below"]?.intValue {
+                       let json = try? JSON(parsing: [UInt8](data)), let value = json["below"]?.intValue,
+                       (0...JetStreamLog.maxReplicaID).contains(value) {
                         below = value
-                        subjectSeq = UInt64(seq)
+                        subjectSeq = seq
                     }
                     let start = max(below, next)
                     let headers = NATSHeaders([("Nats-Expected-Last-Subject-Sequence", String(subjectSeq))])
@@ -1273,13 +1290,13 @@ extension JetStreamLog {
                 // newer head needs.
                 var headSubjectSeq: UInt64 = 0
                 if let answer = try? connection.jetStream("STREAM.MSG.GET." + names.meta, ["last_by_subj": .string(names.head)]),
-                   let message = answer["message"], let seq = message["seq"]?.intValue {
-                    headSubjectSeq = UInt64(seq)
+                   let message = answer["message"], let seq = message["seq"]?.uint64Value {
+                    headSubjectSeq = seq
                     if let data = message["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }),
                        let json = try? JSON(parsing: [UInt8](data)), json["history"]?.stringValue == history,
-                       let newest = json["seq"]?.intValue, UInt64(newest) >= snapshot.seq {
+                       let newest = json["seq"]?.uint64Value, newest >= snapshot.seq {
                         // Another hub published one as new or newer.
-                        facts.sharedSnapshotSeq = max(facts.sharedSnapshotSeq, UInt64(newest))
+                        facts.sharedSnapshotSeq = max(facts.sharedSnapshotSeq, newest)
                         publishFacts()
                         return
                     }
@@ -1292,11 +1309,11 @@ extension JetStreamLog {
                     let headers = NATSHeaders([("StoreSync-Snapshot", tag), ("StoreSync-Chunk", String(chunks))])
                     let reply = try connection.request(names.chunks, payload: Array(body[offset..<end]), headers: headers,
                                                        timeoutMilliseconds: 5_000)
-                    guard let ack = try? JSON(parsing: reply.payload), ack["error"] == nil, let seq = ack["seq"]?.intValue else {
+                    guard let ack = try? JSON(parsing: reply.payload), ack["error"] == nil, let seq = ack["seq"]?.uint64Value else {
                         worker.note("hubd: could not publish the shared snapshot at seq \(snapshot.seq); the stream still holds every action")
                         return
                     }
-                    if chunks == 0 { first = UInt64(seq) }
+                    if chunks == 0 { first = seq }
                     chunks += 1
                     offset = end
                 } while offset < body.count
@@ -1304,7 +1321,7 @@ extension JetStreamLog {
                                   "chunks": JSON(chunks), "first": JSON(first), "bytes": JSON(body.count), "tag": .string(tag)]
                 let reply = try connection.request(names.head, payload: head.canonicalBytes,
                                                    headers: NATSHeaders([("Nats-Expected-Last-Subject-Sequence", String(headSubjectSeq))]))
-                guard let ack = try? JSON(parsing: reply.payload), ack["error"] == nil, let headSeq = ack["seq"]?.intValue else {
+                guard let ack = try? JSON(parsing: reply.payload), ack["error"] == nil, let headSeq = ack["seq"]?.uint64Value else {
                     // Another hub's head came first: its writer purges these chunks with the rest.
                     return
                 }

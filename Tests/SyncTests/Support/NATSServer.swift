@@ -7,17 +7,21 @@ import Darwin
 import SyncPOSIX
 import Synchronization
 
-/// Where `nats-server` is installed, or `nil` (the shared-log tests are then skipped).
+/// The `nats-server` the shared-log tests start, or `nil` (they are then skipped, one line
+/// each): `$STORESYNC_NATS_SERVER` when it is set (`.ci/run` sets it to the pinned server it
+/// installs in the build area), else the first `nats-server` on `PATH`.
 let natsServerPath: String? = {
-    var candidates = ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server", "/opt/homebrew/bin/nats-server"]
-    if let path = ProcessInfo.processInfo.environment["PATH"] {
-        candidates += path.split(separator: ":").map { "\($0)/nats-server" }
+    let environment = ProcessInfo.processInfo.environment
+    if let chosen = environment["STORESYNC_NATS_SERVER"], !chosen.isEmpty {
+        return access(chosen, X_OK) == 0 ? chosen : nil
     }
+    let candidates = (environment["PATH"] ?? "").split(separator: ":").map { "\($0)/nats-server" }
     return candidates.first { access($0, X_OK) == 0 }
 }()
 
 /// The one line a skipped shared-log test prints.
-let natsMissing = "nats-server is not installed, so this shared-log test was skipped; install it (Debian/Ubuntu: apt-get install nats-server, macOS: brew install nats-server) to run it"
+let natsMissing = ProcessInfo.processInfo.environment["STORESYNC_NATS_SERVER"].map { "STORESYNC_NATS_SERVER=\($0) is not an executable nats-server, so this shared-log test was skipped" }
+    ?? "nats-server is not installed, so this shared-log test was skipped; run `bash .ci/run` (it installs the pinned server and sets STORESYNC_NATS_SERVER), or put nats-server 2.10.23–2.12.x on PATH"
 
 /// A TCP port nothing listens on now (the kernel's choice), on 127.0.0.1.
 func freeTCPPort() throws -> Int {
