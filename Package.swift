@@ -6,11 +6,15 @@ import PackageDescription
 /// Module graph (imports run downward only):
 ///
 ///     hubd, replica-cli, sync-bench          (executables: parse flags, wire parts, print)
+///        StoreSyncCommands, StoreSyncTesting (hubd and replica-cli generic over the app; TestStore)
 ///        StoreHub        StoreReplica        (the two ends; a replica never imports the hub)
 ///        NATSClient                          (the shared log's client: NATS and JetStream over TCP)
-///              SyncPOSIX   BuiltinApps       (sockets/poll/signals, over CSyncPOSIX's Linux shims; shared reducers)
+///              SyncPOSIX   BuiltinApps       (sockets/poll/signals and terminal-safe output, over
+///                                             CSyncPOSIX's Linux shims; shared reducers)
 ///                    SyncCore                (SyncApp: a reducer plus its JSON codec)
-///              StoreCore   SyncProtocol      (the store; the wire: JSON, frames, messages, digest)
+///              StoreCore   SyncProtocol      (the store; the wire: JSON, frames, messages, digest,
+///                                             SHA-256/HMAC, the one escaping helper)
+///              CSyncPOSIX  CSyncCRC          (C shims: Linux calls Glibc hides; CRC-32C instructions)
 let package = Package(
     name: "StoreSync",
     // Synchronization's Mutex and Atomic need these; Linux has no minimum.
@@ -34,7 +38,7 @@ let package = Package(
         .target(name: "SyncProtocol"),
         .target(name: "CSyncPOSIX"),
         .target(name: "CSyncCRC"),
-        .target(name: "SyncPOSIX", dependencies: ["CSyncPOSIX"]),
+        .target(name: "SyncPOSIX", dependencies: ["CSyncPOSIX", "SyncProtocol"]),
         .target(name: "SyncCore", dependencies: ["StoreCore", "SyncProtocol"]),
         .target(name: "BuiltinApps", dependencies: ["SyncCore"]),
         // A NATS client of our own (TCP, the text protocol, JetStream's JSON API): the shared log.

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <sys/socket.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include "CSyncPOSIX.h"
@@ -46,4 +47,7 @@ int csyncposix_open_pseudo_terminal(int *master, int *slave) {
 }
 
 int csyncposix_set_thread_name(const char *name) { return pthread_setname_np(pthread_self(), name); }
+int csyncposix_set_dumpable(int dumpable) { return prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0); }
+
+int csyncposix_get_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0); }
 #endif

@@ -22,7 +22,9 @@ public enum DataDirectory {
     }
 
     /// Verifies every snapshot and journal record; with `repair`, truncates a torn tail
-    /// (saying exactly what it removes). Refuses to repair a directory a running hub holds.
+    /// (saying exactly what it removes). Refuses to repair a directory a running hub holds, or
+    /// one a hub would refuse (a symbolic link, another user's, writable by others: see
+    /// `FileSystem.checkPrivateDirectory(_:)`); a check without repair reports that as a warning.
     ///
     /// - Parameters:
     ///   - directory: The data directory.
@@ -111,6 +113,14 @@ public enum DataDirectory {
     @usableFromInline
     static func check(_ directory: String, engine: HubEngine, repair: Bool) -> Report {
         var lines: [String] = []
+        // A directory the hub would refuse (§5 of docs/OPERATIONS.md): a check only reports
+        // it, a repair (which writes there) is refused like the hub.
+        do throws(SystemError) {
+            try FileSystem.checkPrivateDirectory(directory)
+        } catch {
+            if repair { return Report(lines: [error.message], healthy: false) }
+            lines.append("warning: a hub run by this user would not start here: \(error.message)")
+        }
         var lockFD: Int32?
         if repair {
             do throws(SystemError) {

@@ -7,6 +7,7 @@ import Darwin
 #endif
 import SyncCore
 import SyncPOSIX
+import SyncProtocol
 
 /// How a hub listens, where it keeps its order, and what it tolerates.
 ///
@@ -177,17 +178,19 @@ public struct SharedLogConfiguration: Sendable, Equatable {
     /// - Parameter text: The URL.
     /// - Returns: The configuration, or why the text is not one.
     public static func parse(_ text: String) -> Result<SharedLogConfiguration, StorageError> {
+        // Every message names the URL without its credentials.
+        let shown = redact(text)
         guard text.hasPrefix("nats://") else {
-            return .failure(StorageError("a shared log is nats://[USER:PASS@]HOST:PORT[,HOST:PORT…]/STREAM, got \(text)"))
+            return .failure(StorageError("a shared log is nats://[USER:PASS@]HOST:PORT[,HOST:PORT…]/STREAM, got \(shown)"))
         }
         var rest = Substring(text.dropFirst("nats://".count))
         guard let slash = rest.lastIndex(of: "/") else {
-            return .failure(StorageError("\(text) names no stream: add /STREAM, e.g. nats://127.0.0.1:4222/storesync"))
+            return .failure(StorageError("\(shown) names no stream: add /STREAM, e.g. nats://127.0.0.1:4222/storesync"))
         }
         let stream = String(rest[rest.index(after: slash)...])
         rest = rest[..<slash]
         guard !stream.isEmpty, stream.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
-            return .failure(StorageError("the stream name \"\(stream)\" must be letters, digits, - and _"))
+            return .failure(StorageError("the stream name \"\(ControlCharacters.escaped(redact(stream)))\" must be letters, digits, - and _"))
         }
         var user: String?, password: String?, token: String?
         if let at = rest.lastIndex(of: "@") {
@@ -203,11 +206,11 @@ public struct SharedLogConfiguration: Sendable, Equatable {
         let servers = rest.split(separator: ",").map { server -> String in
             server.contains(":") ? String(server) : String(server) + ":4222"
         }
-        guard !servers.isEmpty else { return .failure(StorageError("\(text) names no server")) }
+        guard !servers.isEmpty else { return .failure(StorageError("\(shown) names no server")) }
         for server in servers {
             guard let colon = server.lastIndex(of: ":"), let port = Int(server[server.index(after: colon)...]),
                   (1...65535).contains(port), colon != server.startIndex else {
-                return .failure(StorageError("\"\(server)\" in \(text) is not HOST:PORT"))
+                return .failure(StorageError("\"\(ControlCharacters.escaped(server))\" in \(shown) is not HOST:PORT"))
             }
         }
         var configuration = SharedLogConfiguration(servers: servers, stream: stream)
@@ -215,6 +218,23 @@ public struct SharedLogConfiguration: Sendable, Equatable {
         configuration.password = password
         configuration.token = token
         return .success(configuration)
+    }
+
+    /// A URL as it may be shown: whatever stands before an `@` (credentials) is replaced by
+    /// `***`, and control characters are escaped. For text that did not parse as well as
+    /// text that did: a message never holds a password.
+    ///
+    /// - Parameter text: A URL, or something given where one was expected.
+    /// - Returns: The text without credentials.
+    public static func redact(_ text: String) -> String {
+        guard let at = text.lastIndex(of: "@") else { return ControlCharacters.escaped(text) }
+        // The scheme, `xxx://`, stays.
+        var start = text.startIndex
+        if let colon = text.firstIndex(of: ":"), colon < at, text[colon...].hasPrefix("://") {
+            start = text.index(colon, offsetBy: 3)
+        }
+        let prefix = start <= at ? text[..<start] : ""
+        return ControlCharacters.escaped(prefix + "***@" + text[text.index(after: at)...])
     }
 
     /// The URL without credentials, for logs and `status`.

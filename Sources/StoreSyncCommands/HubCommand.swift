@@ -57,7 +57,7 @@ public enum HubCommand {
                         [--allow-uid UID[,UID…]] [--max-clients N]
                         [--data-dir DIR [--fsync MODE] [--snapshot-every N] [--dedup-window N]]
                         [--log file:DIR | --log nats://[USER:PASS@]HOST:PORT[,HOST:PORT…]/STREAM
-                         [--nats-replicas N] [--retain-actions N]]
+                         [--nats-credentials FILE] [--nats-replicas N] [--retain-actions N]]
                         [--backlog-bytes N] [--checkpoint-every N] [--checkpoint-interval SECONDS]
                         [--idle-timeout SECONDS]
                         [--welcome-timeout SECONDS] [--check-determinism]
@@ -102,6 +102,13 @@ public enum HubCommand {
               --log nats://…/STREAM  Keep the order in a NATS JetStream stream shared with hubs on other
                                      hosts (see docs/OPERATIONS.md, "Across hosts"). With --data-dir
                                      the hub also keeps local snapshots there for a fast restart.
+              --nats-credentials FILE
+                                     With --log nats://: the NATS user and password (lines user=… and
+                                     password=…) or token (token=…), from a file only its owner can
+                                     read. Without it: $CREDENTIALS_DIRECTORY/nats-credentials
+                                     (systemd LoadCredential=), then STORESYNC_NATS_USER and
+                                     STORESYNC_NATS_PASSWORD, or STORESYNC_NATS_TOKEN. Credentials in
+                                     the URL work too, but every local user sees them (ps).
               --nats-replicas N      With --log nats://: the stream's replicas when this hub creates it
                                      (default 1; 3 across hosts).
               --retain-actions N     With --log nats://: keep at least N actions (at least \(D.retainedActions))
@@ -213,6 +220,7 @@ public enum HubCommand {
         var maxQueueBytes = D.maxQueuedBytesPerReplica
         var dataDirectory: String?
         var logURL: String?
+        var natsCredentials: String?
         var natsReplicas: Int?
         var retainActions: Int?
         var fsyncMode: FsyncMode?
@@ -254,7 +262,7 @@ public enum HubCommand {
         }
 
         let flags = ["--app", "--socket", "--socket-mode", "--socket-group", "--allow-uid", "--max-clients", "--data-dir",
-                     "--log", "--nats-replicas", "--retain-actions", "--fsync", "--snapshot-every", "--dedup-window",
+                     "--log", "--nats-credentials", "--nats-replicas", "--retain-actions", "--fsync", "--snapshot-every", "--dedup-window",
                      "--backlog-bytes", "--checkpoint-every", "--checkpoint-interval", "--idle-timeout", "--welcome-timeout", "--check-determinism",
                      "--max-frame-bytes", "--max-queue-bytes", "--check-data", "--repair", "--export", "--at", "--list-apps", "--version", "--help"]
         while let argument = arguments.next() {
@@ -308,8 +316,9 @@ public enum HubCommand {
                 } else if text.hasPrefix("nats://") {
                     logURL = text
                 } else {
-                    hubFail("--log is file:DIR or nats://[USER:PASS@]HOST:PORT[,HOST:PORT…]/STREAM, got \"\(text)\"", status: 2)
+                    hubFail("--log is file:DIR or nats://[USER:PASS@]HOST:PORT[,HOST:PORT…]/STREAM, got \"\(SharedLogConfiguration.redact(text))\"", status: 2)
                 }
+            case "--nats-credentials": natsCredentials = value(for: argument, &arguments)
             case "--nats-replicas": natsReplicas = positiveInt(for: argument, &arguments)
             case "--retain-actions": retainActions = positiveInt(for: argument, &arguments)
             case "--fsync":
@@ -354,6 +363,7 @@ public enum HubCommand {
         }
         if logURL == nil {
             if natsReplicas != nil { hubFail("--nats-replicas needs --log nats://…", status: 2) }
+            if natsCredentials != nil { hubFail("--nats-credentials needs --log nats://…", status: 2) }
             if retainActions != nil { hubFail("--retain-actions needs --log nats://…", status: 2) }
         } else if logURL?.hasPrefix("nats://") == true {
             if fsyncMode != nil, dataDirectory == nil {
@@ -396,6 +406,19 @@ public enum HubCommand {
             case .success(var configuration):
                 if let natsReplicas { configuration.replicas = natsReplicas }
                 configuration.retainActions = retainActions.map { UInt64($0) }
+                switch SharedLogCredentials.resolve(into: &configuration, file: natsCredentials,
+                                                    environment: environmentValues(["CREDENTIALS_DIRECTORY", "STORESYNC_NATS_USER", "STORESYNC_NATS_PASSWORD", "STORESYNC_NATS_TOKEN"])) {
+                case .success(let source):
+                    if source != nil {
+                        // From here on the process holds a secret: no core dump may carry it.
+                        SecretFile.keepOutOfCoreDumps()
+                    }
+                    if source == "the --log URL" {
+                        Console.error("\(program): warning: the NATS credentials are in the --log URL, where every local user can read them (ps); put them in a file given with --nats-credentials FILE (docs/OPERATIONS.md §20, \"Credentials\")")
+                    }
+                case .failure(let error):
+                    hubFail("--nats-credentials: \(error.message)", status: 2)
+                }
                 sharedLog = configuration
             case .failure(let error):
                 hubFail("--log: \(error.message)", status: 2)
@@ -547,4 +570,16 @@ fileprivate func serve<App: SyncApp>(_ app: App, configuration: HubConfiguration
 func executableName(_ path: String?, otherwise fallback: String) -> String {
     guard let path, let last = path.split(separator: "/").last else { return fallback }
     return String(last)
+}
+
+/// The values of the named environment variables that are set.
+///
+/// - Parameter names: The variables.
+/// - Returns: Name to value, for the ones that are set.
+private func environmentValues(_ names: [String]) -> [String: String] {
+    var values: [String: String] = [:]
+    for name in names {
+        if let value = getenv(name) { values[name] = String(cString: value) }
+    }
+    return values
 }

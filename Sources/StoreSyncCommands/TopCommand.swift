@@ -61,7 +61,8 @@ enum TopCommand {
                 line["max_lag"] = JSON(status.replicas.compactMap(\.lag).max() ?? 0)
                 Console.out(JSON.object(line).canonicalString)
             } else if terminal {
-                Console.out("\u{1B}[H\u{1B}[2J" + screen(status, rate: rate))
+                Console.control("\u{1B}[H\u{1B}[2J")
+                Console.out(screen(status, rate: rate))
             } else {
                 Console.out(summary(status, rate: rate))
             }

@@ -6,6 +6,7 @@ import Musl
 import Darwin
 #endif
 import Synchronization
+import SyncProtocol
 
 /// Unbuffered line output to standard output and standard error.
 ///
@@ -38,7 +39,24 @@ public enum Console {
     /// Whether an interposer is set: lines printed without one (`watch`, pipes) take no lock.
     private static let interposing = Atomic<Bool>(false)
 
-    private static func writeLine(_ fd: Int32, _ line: String) {
+    /// Writes a control sequence of the program's own (clearing the screen, moving the
+    /// cursor) to standard output as it is, without a newline: the one way around the
+    /// escaping of ``out(_:)``, never for text from another process.
+    ///
+    /// - Parameter sequence: The sequence.
+    public static func control(_ sequence: StaticString) {
+        var offset = 0
+        let count = sequence.utf8CodeUnitCount
+        while offset < count {
+            let n = write(1, sequence.utf8Start + offset, count - offset)
+            guard n > 0 else { return }
+            offset += n
+        }
+    }
+
+    private static func writeLine(_ fd: Int32, _ raw: String) {
+        // Whatever built the line, nothing in it drives the terminal (docs/OPERATIONS.md §11).
+        let line = ControlCharacters.terminalSafe(raw, keepingNewlines: true)
         // Called outside the lock: it writes to the terminal and takes the editor's own lock.
         if interposing.load(ordering: .acquiring), let body = interposer.withLock({ $0 }) {
             body(line)

@@ -7,6 +7,7 @@ import Darwin
 #endif
 import Foundation
 import Synchronization
+import SyncProtocol
 
 /// Log lines written to a descriptor (stderr) without ever making the thread that logs wait
 /// for whoever reads them.
@@ -51,7 +52,9 @@ public final class LogWriter: Sendable {
     ///
     /// - Parameter line: The line.
     public func write(_ line: String) {
-        var bytes = Array(line.utf8)
+        // One line, whatever it holds: no newline or control sequence from text another
+        // process chose reaches the log or the terminal behind it.
+        var bytes = Array(ControlCharacters.terminalSafe(line, keepingNewlines: false).utf8)
         bytes.append(UInt8(ascii: "\n"))
         // The common case: nothing queued, and room in the pipe for one atomic write
         // (`PIPE_BUF`): written here, in order with what came before.

@@ -24,6 +24,11 @@ int csyncposix_open_pseudo_terminal(int *master, int *slave);
 /// pthread_setname_np(pthread_self(), name): the calling thread's name for the system (at
 /// most 15 bytes). Returns 0, or an error number.
 int csyncposix_set_thread_name(const char *name);
+/// prctl(PR_SET_DUMPABLE, dumpable): whether the process may leave a core dump (and be
+/// attached to by ptrace from processes of its user). Returns 0, or -1 with errno set.
+int csyncposix_set_dumpable(int dumpable);
+/// prctl(PR_GET_DUMPABLE): 1 when the process may leave a core dump, 0 when not, -1 on error.
+int csyncposix_get_dumpable(void);
 #endif
 
 #endif

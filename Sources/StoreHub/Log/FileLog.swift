@@ -76,7 +76,9 @@ package final class FileLog: HubLog {
     /// Creates a log over a data directory (nothing is touched before ``open()``).
     ///
     /// - Parameters:
-    ///   - directory: The data directory (created 0700 if missing; its parent must exist).
+    ///   - directory: The data directory (created 0700 if missing; its parent must exist). At
+    ///     ``open()`` it must pass `FileSystem.checkPrivateDirectory(_:)`: a real directory of the
+    ///     hub's user or root that no one else may write in.
     ///   - fingerprint: The app's fingerprint.
     ///   - mode: The fsync mode.
     ///   - segmentBytes: Segment size before a new one starts.
@@ -97,6 +99,13 @@ package final class FileLog: HubLog {
             try FileSystem.makeDirectory(directory)
         } catch {
             throw StorageError("cannot use the data directory: \(error.message)")
+        }
+        // A symbolic link, another user's directory or one others may write in is refused before
+        // anything (the lock first) is created in it.
+        do throws(SystemError) {
+            try FileSystem.checkPrivateDirectory(directory)
+        } catch {
+            throw StorageError(error.message)
         }
         let lockPath = directory + "/" + Self.lockName
         let locked: Int32?

@@ -559,6 +559,13 @@ final class LocalSnapshots {
         } catch {
             throw StorageError("cannot use the data directory: \(error.message)")
         }
+        // A symbolic link, another user's directory or one others may write in is refused before
+        // anything (the lock first) is created in it.
+        do throws(SystemError) {
+            try FileSystem.checkPrivateDirectory(directory)
+        } catch {
+            throw StorageError(error.message)
+        }
         let locked: Int32?
         do throws(SystemError) {
             locked = try FileSystem.lockExclusive(directory + "/lock")

@@ -76,6 +76,10 @@ final class Connection {
     @exclusivity(unchecked) private(set) var attachedReplica: Int?
     /// Who connected (`SO_PEERCRED` / `getpeereid`).
     let peer: PeerCredentials
+    /// When the hub accepted it, as a count that only grows (1 for the first connection of
+    /// the hub's run): of two connections with one session, the one with the higher value is
+    /// the newer and keeps the session, whichever says `hello` last.
+    let acceptOrder: UInt64
     /// The client closed (or half-closed) its side; frames already buffered are still handled.
     @exclusivity(unchecked) var inputEnded = false
     /// The per-pass frame budget ran out with frames possibly still buffered, or frames were
@@ -106,10 +110,18 @@ final class Connection {
     /// The private byte count at which that welcome is fully written.
     @exclusivity(unchecked) var welcomeEnd: UInt64 = 0
 
-    init(fd: Int32, maxFrameBytes: Int, peer: PeerCredentials) {
+    /// Creates the connection the hub just accepted.
+    ///
+    /// - Parameters:
+    ///   - fd: Its descriptor.
+    ///   - maxFrameBytes: The largest frame it may send (`--max-frame-bytes`).
+    ///   - peer: Who connected.
+    ///   - acceptOrder: Its place in the order of accepted connections (see ``acceptOrder``).
+    init(fd: Int32, maxFrameBytes: Int, peer: PeerCredentials, acceptOrder: UInt64) {
         self.fd = fd
         self.decoder = FrameDecoder(maxPayloadBytes: maxFrameBytes)
         self.peer = peer
+        self.acceptOrder = acceptOrder
     }
 
     /// For logs: `replica 3 (alice)` or `client (not attached)`, the name escaped.

@@ -249,6 +249,10 @@ final class HubLoop {
     @exclusivity(unchecked) private var acceptPausedUntil: ContinuousClock.Instant?
     /// Whether the last accept failed (so the failure is logged once, not every 100 ms).
     @exclusivity(unchecked) private var acceptFailing = false
+    /// The number of connections admitted so far: each new ``Connection`` gets the next value
+    /// as its ``Connection/acceptOrder``, so of two connections of one session the hub can
+    /// tell which the client opened last, whatever order their hellos arrive in.
+    @exclusivity(unchecked) private var admittedCount: UInt64 = 0
 
     private func acceptAll(_ listener: Int32) {
         while true {
@@ -277,7 +281,9 @@ final class HubLoop {
                     refuse(fd, WireError(.tooManyClients, "this hub already serves \(connections.count) clients, its limit (--max-clients \(maxClients)); try again later, or ask its operator to raise the limit"))
                     continue
                 }
-                connections[fd] = Connection(fd: fd, maxFrameBytes: configuration.maxFrameBytes, peer: peer)
+                admittedCount += 1
+                connections[fd] = Connection(fd: fd, maxFrameBytes: configuration.maxFrameBytes, peer: peer,
+                                             acceptOrder: admittedCount)
             } catch {
                 // Connected clients carry on; new ones wait in the listen backlog meanwhile,
                 // and accepting is retried every 100 ms.
@@ -371,7 +377,8 @@ final class HubLoop {
         // dispatch never does (a failure closes the connection, which `isClosing` shows).
         var state = connection.state
         var isAttached = state.isAttached
-        while !connection.isClosing, connections[connection.fd] === connection {
+        // After a refused frame (`end`), the frames behind it are discarded (PROTOCOL.md §4).
+        while !connection.isClosing, !connection.ending, connections[connection.fd] === connection {
             guard budget > 0 else {
                 connection.moreFrames = true
                 return
@@ -431,19 +438,30 @@ final class HubLoop {
         case .reject(let id, let error):
             submit(connection, .refused(id: id, error))
         case .hello(let hello):
+            // One connection per session, and the newest connection wins. "Newest" is the
+            // order the hub accepted the connections in, not the order their hellos are
+            // handled in: a client that gave up on a slow hello, reconnected and said hello
+            // again may have the abandoned hello handled after the new one, and that stale
+            // hello must not take the session from the connection the client now uses.
+            let sessionKey = hello.session.map { JSONKey($0) }
+            let holder = sessionKey.flatMap { sessionHolder($0, other: connection) }
+            if let holder, let session = hello.session, holder.acceptOrder > connection.acceptOrder {
+                // Refused like any other hello (in its turn, and before a replica id is taken):
+                // the newer connection keeps the session.
+                end(connection, WireError(.superseded, "a newer connection (accepted after this one) already attached with this session (\(ControlCharacters.escaped(session))); this one is closed"))
+                return
+            }
             guard let replica = sequencer.takeReplicaID() else {
                 end(connection, WireError(.unavailable, "this hub cannot reserve a replica id now (its log is unreachable); try again shortly"))
                 return
             }
-            if let session = hello.session {
-                // One connection per session: a replica that reconnected before its old
-                // connection was noticed as gone takes the session over.
-                let key = JSONKey(session)
-                if let previous = sessionOwners[key], previous !== connection, connections[previous.fd] === previous,
-                   !previous.isClosing {
-                    fail(previous, WireError(.superseded, "another connection attached with this session (\(ControlCharacters.escaped(session))); this one is closed"))
+            if let sessionKey, let session = hello.session {
+                // A replica that reconnected before its old connection was noticed as gone
+                // takes the session over.
+                if let holder {
+                    fail(holder, WireError(.superseded, "another connection attached with this session (\(ControlCharacters.escaped(session))); this one is closed"))
                 }
-                sessionOwners[key] = connection
+                sessionOwners[sessionKey] = connection
             }
             connection.state = .attached(replica: replica, name: hello.name, session: hello.session)
             connection.session = hello.session.map { sequencer.session(named: $0) }
@@ -455,6 +473,19 @@ final class HubLoop {
             }
             submit(connection, .welcome(replica: replica, resume: hello.resume))
         }
+    }
+
+    /// The open connection, other than `connection`, that holds the session `key` (it said
+    /// `hello` with it and is neither closed nor closing), if any.
+    ///
+    /// - Parameters:
+    ///   - key: The session.
+    ///   - connection: The connection asking (never its own holder here).
+    /// - Returns: The holder, or `nil` when the session is free.
+    private func sessionHolder(_ key: JSONKey, other connection: Connection) -> Connection? {
+        guard let holder = sessionOwners[key], holder !== connection, connections[holder.fd] === holder,
+              !holder.isClosing else { return nil }
+        return holder
     }
 
     private func submit(_ connection: Connection, _ request: RequestPipeline.Request) {
@@ -732,20 +763,54 @@ final class HubLoop {
         var count = 0
         var offset = 0
         // The backlog's frames are `action` frames, each maybe followed by its `checkpoint`.
+        // An action frame is told from a checkpoint by its first members alone: its `id`
+        // (an integer, a negative one, or a string with escapes or any Unicode) is copied
+        // with the rest, never read, so every action of the range is in the reply whatever
+        // its dispatcher chose as id.
         while offset + Frame.headerSize <= frames.count, count < Self.historyPageActions, actions.count < Self.historyPageBytes {
             let length = frames.withUnsafeBufferPointer { Frame.announcedLength(in: $0, at: offset) }
             let payload = frames[(offset + Frame.headerSize)..<min(frames.count, offset + Frame.headerSize + length)]
             offset += Frame.headerSize + length
-            guard let envelope = payload.withUnsafeBytes({ HubMessage.actionEnvelope($0) }) else { continue }
+            guard let seq = Self.actionSeq(payload) else { continue }
             if count > 0 { actions.append(UInt8(ascii: ",")) }
             actions += payload
-            last = envelope.seq
+            last = seq
             count += 1
         }
         var payload = head + Array(#","to":"#.utf8) + Array(String(last).utf8) + Array(#","actions":["#.utf8)
         payload += actions
         payload += Array("]}".utf8)
         return Self.framed(payload)
+    }
+
+    /// The start of every `action` frame the hub writes (`Frame.appendActionEnvelope`): the
+    /// type, then the seq.
+    private static let actionFramePrefix: [UInt8] = Array(#"{"type":"action","seq":"#.utf8)
+
+    /// The seq of an `action` frame of the backlog, read from its first members only; `nil`
+    /// for any other frame (a `checkpoint`).
+    ///
+    /// Unlike ``HubMessage/actionEnvelope(_:)``, the replica's fast path, which takes only
+    /// integer ids and leaves every other frame to the parser, this never looks at the id:
+    /// `history` answers from these frames alone, with no slower path to fall back on.
+    ///
+    /// - Parameter payload: A frame's payload, as the backlog holds it.
+    /// - Returns: The action's seq, or `nil` when the payload is not an `action` frame.
+    internal static func actionSeq(_ payload: ArraySlice<UInt8>) -> UInt64? {
+        let prefix = actionFramePrefix
+        guard payload.count > prefix.count, payload.starts(with: prefix) else { return nil }
+        var index = payload.startIndex + prefix.count
+        var value: UInt64 = 0
+        var digits = 0
+        while index < payload.endIndex, payload[index] >= UInt8(ascii: "0"), payload[index] <= UInt8(ascii: "9") {
+            // The hub writes seqs below 2^53: 16 digits at most, so 19 never overflow.
+            guard digits < 19 else { return nil }
+            value = value * 10 + UInt64(payload[index] - UInt8(ascii: "0"))
+            digits += 1
+            index += 1
+        }
+        guard digits > 0, index < payload.endIndex, payload[index] == UInt8(ascii: ",") else { return nil }
+        return value
     }
 
     /// A `history` payload with its length header.
