@@ -14,12 +14,15 @@ import PackageDescription
 ///                    SyncCore                (SyncApp: a reducer plus its JSON codec)
 ///              StoreCore   SyncProtocol      (the store; the wire: JSON, frames, messages, digest,
 ///                                             SHA-256/HMAC, the one escaping helper)
-///              CSyncPOSIX  CSyncCRC          (C shims: Linux calls Glibc hides; CRC-32C instructions)
+///              SyncLocks                     (Locked: the one lock type, honest with ThreadSanitizer)
+///              CSyncPOSIX  CSyncCRC  CSyncTSan (C shims: Linux calls Glibc hides; CRC-32C
+///                                             instructions; TSan's lock annotations)
 let package = Package(
     name: "StoreSync",
     // Synchronization's Mutex and Atomic need these; Linux has no minimum.
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
+        .library(name: "SyncLocks", targets: ["SyncLocks"]),
         .library(name: "StoreCore", targets: ["StoreCore"]),
         .library(name: "SyncProtocol", targets: ["SyncProtocol"]),
         .library(name: "SyncCore", targets: ["SyncCore"]),
@@ -34,36 +37,39 @@ let package = Package(
         .executable(name: "sync-bench", targets: ["sync-bench"]),
     ],
     targets: [
-        .target(name: "StoreCore"),
+        // The one lock type (Locked), over a C header of ThreadSanitizer annotations.
+        .target(name: "CSyncTSan"),
+        .target(name: "SyncLocks", dependencies: ["CSyncTSan"]),
+        .target(name: "StoreCore", dependencies: ["SyncLocks"]),
         .target(name: "SyncProtocol"),
         .target(name: "CSyncPOSIX"),
         .target(name: "CSyncCRC"),
-        .target(name: "SyncPOSIX", dependencies: ["CSyncPOSIX", "SyncProtocol"]),
+        .target(name: "SyncPOSIX", dependencies: ["CSyncPOSIX", "SyncProtocol", "SyncLocks"]),
         .target(name: "SyncCore", dependencies: ["StoreCore", "SyncProtocol"]),
         .target(name: "BuiltinApps", dependencies: ["SyncCore"]),
         // A NATS client of our own (TCP, the text protocol, JetStream's JSON API): the shared log.
         .target(name: "NATSClient", dependencies: ["SyncProtocol", "SyncPOSIX"]),
-        .target(name: "StoreHub", dependencies: ["SyncCore", "SyncPOSIX", "NATSClient", "CSyncCRC"]),
-        .target(name: "StoreReplica", dependencies: ["SyncCore", "SyncPOSIX"]),
+        .target(name: "StoreHub", dependencies: ["SyncCore", "SyncPOSIX", "NATSClient", "CSyncCRC", "SyncLocks"]),
+        .target(name: "StoreReplica", dependencies: ["SyncCore", "SyncPOSIX", "SyncLocks"]),
         // For users' test targets: TestStore (exhaustive reducer tests), DeterminismCheck.
-        .target(name: "StoreSyncTesting", dependencies: ["SyncCore", "StoreReplica"]),
+        .target(name: "StoreSyncTesting", dependencies: ["SyncCore", "StoreReplica", "SyncLocks"]),
         // hubd and replica-cli as library entry points generic over the app.
-        .target(name: "StoreSyncCommands", dependencies: ["StoreHub", "StoreReplica", "SyncCore", "SyncPOSIX"]),
+        .target(name: "StoreSyncCommands", dependencies: ["StoreHub", "StoreReplica", "SyncCore", "SyncPOSIX", "SyncLocks"]),
         // Each executable declares every module it imports.
         .executableTarget(name: "hubd", dependencies: ["StoreSyncCommands", "BuiltinApps"]),
         .executableTarget(name: "replica-cli", dependencies: ["StoreSyncCommands", "BuiltinApps"]),
         .executableTarget(
             name: "sync-bench",
-            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncCore", "SyncPOSIX", "NATSClient"],
+            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncCore", "SyncPOSIX", "NATSClient", "SyncLocks"],
             path: "Benchmarks/sync-bench"
         ),
-        .testTarget(name: "StoreCoreTests", dependencies: ["StoreCore"]),
+        .testTarget(name: "StoreCoreTests", dependencies: ["StoreCore", "SyncLocks"]),
         .testTarget(name: "SyncProtocolTests", dependencies: ["SyncProtocol"]),
-        .testTarget(name: "NATSClientTests", dependencies: ["NATSClient", "SyncProtocol"]),
-        .testTarget(name: "BuiltinAppsTests", dependencies: ["BuiltinApps", "SyncCore", "StoreSyncTesting"]),
+        .testTarget(name: "NATSClientTests", dependencies: ["NATSClient", "SyncProtocol", "SyncLocks"]),
+        .testTarget(name: "BuiltinAppsTests", dependencies: ["BuiltinApps", "SyncCore", "StoreSyncTesting", "SyncLocks"]),
         .testTarget(
             name: "SyncTests",
-            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncPOSIX", "StoreSyncTesting"]
+            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncPOSIX", "StoreSyncTesting", "SyncLocks"]
         ),
     ],
     swiftLanguageModes: [.v6]

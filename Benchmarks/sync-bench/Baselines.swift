@@ -1,7 +1,6 @@
 import Foundation
 import SyncCore
 import SyncPOSIX
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)

@@ -4,6 +4,7 @@ import Foundation
 import StoreReplica
 import SyncCore
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -98,7 +99,7 @@ private func runLoad(_ replica: Replica<JSONApp>, path: JSONPointer, command: St
     let parts = command.split(separator: " ")
     let rate = parts.count > 1 ? Double(parts[1]) ?? 0 : 0
     let probe = parts.count > 2 ? Int(parts[2]) ?? -1 : -1
-    let seen = Mutex<[(UInt64, UInt64)]>([])
+    let seen = Locked<[(UInt64, UInt64)]>([])
     let token = replica.observeActions { applied in
         guard applied.origin == probe else { return }
         let now = monotonicNanoseconds()

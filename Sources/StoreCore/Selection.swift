@@ -1,4 +1,5 @@
 import Observation
+import SyncLocks
 import Synchronization
 
 /// An `Observable` view of one selected value of a store, updated only when it changes.
@@ -9,14 +10,14 @@ import Synchronization
 ///     let count = store.selection { $0.count }
 ///     Text("\(count.value)")
 public final class Selection<Value: Equatable & Sendable>: Sendable, Observable {
-    private let storage: Mutex<Value>
+    private let storage: Locked<Value>
     private let registrar = ObservationRegistrar()
     /// `\.value`, built once (see `Store.stateKeyPath`).
     private let valueKeyPath: KeyPath<Selection, Value> & Sendable
-    private let token: Mutex<Subscription?> = Mutex(nil)
+    private let token: Locked<Subscription?> = Locked(nil)
 
     init(initial: Value) {
-        storage = Mutex(initial)
+        storage = Locked(initial)
         valueKeyPath = \Selection.value
     }
 

@@ -1,4 +1,5 @@
 import Observation
+import SyncLocks
 import Synchronization
 
 /// The single source of truth: a state that only actions change (Redux's three principles, enforced).
@@ -35,9 +36,9 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
     /// The reducer that applies every action.
     public let reducer: R
 
-    @usableFromInline let core: Mutex<Core>
+    @usableFromInline let core: Locked<Core>
     /// Held for the whole of a dispatch; its value is the entry of the enhancer chain.
-    @usableFromInline let drain: Mutex<DrainContext>
+    @usableFromInline let drain: Locked<DrainContext>
     /// The thread that holds `drain`, or 0.
     @usableFromInline let owner = Atomic<UInt>(0)
     /// Whether re-entrant dispatches may be waiting in `core.queue`. Only the thread holding
@@ -178,8 +179,8 @@ public final class Store<R: Reducer>: Sendable, Observable where R.State: Sendab
         self.stateKeyPath = \Store.state
         var core = Core(state: initialState)
         if let history { core.history = HistoryLog(start: initialState, policy: history) }
-        self.core = Mutex(core)
-        self.drain = Mutex(DrainContext())
+        self.core = Locked(core)
+        self.drain = Locked(DrainContext())
         let context = StoreContext<State, Action>(
             getState: { [weak self] in
                 // A released store has no state to give; only a thunk outliving its store can get here.

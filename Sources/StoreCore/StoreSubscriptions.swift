@@ -1,3 +1,4 @@
+import SyncLocks
 import Synchronization
 
 extension Store {

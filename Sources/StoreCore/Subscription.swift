@@ -1,16 +1,17 @@
+import SyncLocks
 import Synchronization
 
 /// A live subscription. Call ``cancel()`` to stop it; it also stops when released.
 ///
 /// Keep the token for as long as you want callbacks: `let token = store.subscribe { … }`.
 public final class Subscription: Sendable {
-    private let onCancel: Mutex<(@Sendable () -> Void)?>
+    private let onCancel: Locked<(@Sendable () -> Void)?>
 
     /// Creates a token that runs `onCancel` once, on ``cancel()`` or release.
     ///
     /// - Parameter onCancel: Removes the subscription from its source.
     public init(onCancel: @escaping @Sendable () -> Void) {
-        self.onCancel = Mutex(onCancel)
+        self.onCancel = Locked(onCancel)
     }
 
     /// Stops the subscription; calling it again does nothing.

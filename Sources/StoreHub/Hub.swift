@@ -7,6 +7,7 @@ import Darwin
 #endif
 import SyncCore
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 
 /// The hub: owns the root store, is the single order of actions, and serves replicas.
@@ -32,7 +33,7 @@ public final class Hub<App: SyncApp>: Sendable {
 
     private let listener: ListeningSocket
     /// The sequencer, built (and the data directory recovered) at init; `run` takes it.
-    private let prepared: Mutex<Sequencer?>
+    private let prepared: Locked<Sequencer?>
     /// The id of this hub's sequence of actions (kept in the data directory).
     public let history: String
     private let wakeRead: Int32
@@ -98,7 +99,7 @@ public final class Hub<App: SyncApp>: Sendable {
             UnixSocket.close(ends.write)
             throw HubError(error)
         }
-        prepared = Mutex(sequencer)
+        prepared = Locked(sequencer)
     }
 
     /// Opens the log (recovering the data directory, if any) and replays it into the root store.

@@ -1,3 +1,4 @@
+import SyncLocks
 import Dispatch
 import SyncCore
 import SyncPOSIX

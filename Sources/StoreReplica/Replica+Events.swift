@@ -1,3 +1,4 @@
+import SyncLocks
 import Foundation
 import SyncCore
 import SyncPOSIX

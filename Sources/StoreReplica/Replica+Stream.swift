@@ -1,4 +1,5 @@
 import SyncCore
+import SyncLocks
 import Synchronization
 
 extension Replica {
@@ -33,7 +34,7 @@ extension Replica {
 
         /// Reads the observers and this replica's ids, once per read.
         @inlinable
-        mutating func readView(_ shared: borrowing Mutex<Shared>) {
+        mutating func readView(_ shared: borrowing Locked<Shared>) {
             guard !viewRead else { return }
             viewRead = true
             shared.withLock { shared in

@@ -9,6 +9,7 @@ import Foundation
 import Observation
 import SyncCore
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 
 /// A replica: a local ``Store`` that the hub keeps equal to every other replica's.
@@ -121,8 +122,8 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     /// The current connection's sending side (replaced on reconnection).
     let link: UpstreamHolder
     /// Bytes read past the welcome; taken by the reader when it starts.
-    let pendingDecoder: Mutex<FrameDecoder?>
-    @usableFromInline let shared: Mutex<Shared>
+    let pendingDecoder: Locked<FrameDecoder?>
+    @usableFromInline let shared: Locked<Shared>
     @usableFromInline let lastSeq: Atomic<UInt64>
     /// How long the last digest check took here, in nanoseconds (the state serialised once):
     /// the reader spaces its checks by at least 1 000 times that, so a large state costs this
@@ -151,7 +152,7 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         @usableFromInline let callback: @Sendable (AppliedAction<App.Action>) -> Void
     }
 
-    /// The replica's shared mutable part, under one `Mutex`: the ledger (pure bookkeeping of
+    /// The replica's shared mutable part, under one `Locked`: the ledger (pure bookkeeping of
     /// dispatches and the link) and what cannot be pure (continuations, observers).
     @usableFromInline struct Shared {
         /// Dispatches, the link, the history: every decision about them is a method of this.
@@ -181,8 +182,8 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         self.socketPaths = paths.isEmpty ? [connection.path] : paths
         self.pathIndex = Atomic(max(0, paths.firstIndex(of: connection.path) ?? 0))
         self.lastSeq = Atomic(welcome.seq)
-        self.pendingDecoder = Mutex(connection.decoder)
-        self.shared = Mutex(Shared(ledger: ReplicaLedger(hubID: welcome.hub, history: welcome.history, replica: welcome.replica,
+        self.pendingDecoder = Locked(connection.decoder)
+        self.shared = Locked(Shared(ledger: ReplicaLedger(hubID: welcome.hub, history: welcome.history, replica: welcome.replica,
                                                          maxPending: reconnect.maxPendingDispatches)))
         self.session = session
         let report = onDispatchFailure ?? { error, json in
@@ -256,13 +257,13 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
 /// Dispatch ids come from here, not from one connection, so they stay unique for the
 /// replica's whole life.
 final class UpstreamHolder: Sendable {
-    private let upstream: Mutex<Upstream>
+    private let upstream: Locked<Upstream>
     /// Starts at a random point: a replica that reuses a session (an explicit `session:` kept
     /// across process restarts) does not send the ids an earlier instance sent, which the hub
     /// would answer `duplicate` instead of applying.
     private let nextID = Atomic<Int>(Int.random(in: 1...(1 << 40)))
 
-    init(_ upstream: Upstream) { self.upstream = Mutex(upstream) }
+    init(_ upstream: Upstream) { self.upstream = Locked(upstream) }
 
     /// The sending side of the current connection.
     var current: Upstream { upstream.withLock { $0 } }
@@ -289,7 +290,7 @@ protocol DispatchSubmitter: AnyObject, Sendable {
 /// Lets the store's terminal (built before the replica exists) reach the replica: set once
 /// at the end of `init`, emptied when the replica ends, read on every fire-and-forget dispatch.
 final class SubmitterBox: Sendable {
-    private let value = Mutex<(any DispatchSubmitter)?>(nil)
+    private let value = Locked<(any DispatchSubmitter)?>(nil)
 
     /// The replica, while it has not ended.
     var submitter: (any DispatchSubmitter)? { value.withLock { $0 } }

@@ -1,4 +1,5 @@
 import StoreCore
+import SyncLocks
 import Synchronization
 
 /// A task executor that lets the replica's reader thread carry on a task it wakes: a task
@@ -33,7 +34,7 @@ public final class ReplicaExecutor: TaskExecutor, Sendable {
     /// The reader thread's id while it runs (0 before it starts and after it ends).
     private let reader = Atomic<UInt>(0)
     /// Jobs the reader thread enqueued, run by it at its next safe point.
-    private let queued = Mutex<[UnownedJob]>([])
+    private let queued = Locked<[UnownedJob]>([])
 
     init() {}
 

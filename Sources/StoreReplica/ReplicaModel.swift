@@ -1,6 +1,7 @@
 import Dispatch
 import Observation
 import SyncCore
+import SyncLocks
 import Synchronization
 
 /// A replica seen from the main actor: its state and its link change on the main actor only,
@@ -26,16 +27,16 @@ public final class ReplicaModel<App: SyncApp>: Observable {
     private var currentState: App.State
     private var currentLink: LinkState
     /// Whether a hop to the main actor is already scheduled (news since then rides along).
-    private nonisolated let scheduled: Mutex<Bool>
-    private nonisolated let tokens: Mutex<[Subscription]>
+    private nonisolated let scheduled: Locked<Bool>
+    private nonisolated let tokens: Locked<[Subscription]>
 
     /// Creates a model over an attached replica.
     ///
     /// - Parameter replica: The replica; the model holds it (close it when done).
     public init(_ replica: Replica<App>) {
         self.replica = replica
-        scheduled = Mutex(false)
-        tokens = Mutex([])
+        scheduled = Locked(false)
+        tokens = Locked([])
         // Placeholders until the first read below; the reads come after subscribing, so no
         // change between reading and subscribing can be missed.
         currentState = replica.app.initialState

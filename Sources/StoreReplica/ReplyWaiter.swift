@@ -1,3 +1,4 @@
+import SyncLocks
 import Synchronization
 
 /// A caller waiting for the hub's answer (a dispatch's acknowledgement, a `status`, a
@@ -18,7 +19,7 @@ final class ReplyWaiter<T: Sendable>: Sendable {
         case done
     }
 
-    private let state = Mutex(State.empty)
+    private let state = Locked(State.empty)
 
     @usableFromInline init() {}
 

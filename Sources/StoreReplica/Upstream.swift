@@ -9,6 +9,7 @@ import Dispatch
 import Foundation
 import SyncCore
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 
 /// The replica's sending side: frames to the hub, from any thread, never blocking the
@@ -33,7 +34,7 @@ import Synchronization
 /// ``ReconnectPolicy/maxPendingDispatches`` dispatches are unanswered at once.
 final class Upstream: Sendable {
     let fd: Int32
-    private let state = Mutex<State>(State())
+    private let state = Locked<State>(State())
     /// Wakes the writer thread; signalled once per hand-off.
     private let wakeWriter = DispatchSemaphore(value: 0)
     /// Wakes senders waiting for the backlog to shrink.

@@ -8,6 +8,7 @@ import Darwin
 import StoreReplica
 import SyncCore
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 
 /// `replica-cli attach`: read lines, dispatch, print what the hub sequences.
@@ -210,7 +211,7 @@ extension String {
 
 /// Lines `attach` holds back until the link-back line (the actions a resume replays).
 final class HeldLines: Sendable {
-    private let lines = Mutex<[String]>([])
+    private let lines = Locked<[String]>([])
 
     /// Keeps a line for later.
     func hold(_ line: String) { lines.withLock { $0.append(line) } }

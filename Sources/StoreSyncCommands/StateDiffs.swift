@@ -1,4 +1,5 @@
 import SyncCore
+import SyncLocks
 import Synchronization
 
 /// The states `watch --diff` has seen, to turn each applied action into a JSON Patch.
@@ -7,9 +8,9 @@ import Synchronization
 /// thread, in order; the action observer calls ``nextPatch()`` once per action, in the same
 /// order, after the batch: the two are matched by position.
 final class StateDiffs: Sendable {
-    private let states: Mutex<(previous: JSON, queue: [JSON])>
+    private let states: Locked<(previous: JSON, queue: [JSON])>
 
-    init(start: JSON) { states = Mutex((start, [])) }
+    init(start: JSON) { states = Locked((start, [])) }
 
     /// Records the state after one applied action.
     func applied(_ state: JSON) { states.withLock { $0.queue.append(state) } }

@@ -6,6 +6,7 @@ import Darwin
 import Foundation
 import StoreReplica
 import SyncCore
+import SyncLocks
 import Synchronization
 
 /// Runs your app the way production does — a hub process and several replica processes on a
@@ -196,7 +197,7 @@ private final class HarnessRun<App: SyncApp>: Sendable {
     let sockets: [String]
     let data: [String]
     /// Every process started, for the teardown (process ids: `Process` is not `Sendable`).
-    private let pids = Mutex<[Int32]>([])
+    private let pids = Locked<[Int32]>([])
 
     init(harness: ConvergenceHarness<App>, directory: URL) {
         self.harness = harness

@@ -5,6 +5,7 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import SyncLocks
 import Synchronization
 import SyncProtocol
 
@@ -25,7 +26,7 @@ public enum Console {
     public static func error(_ line: String) { writeLine(2, line) }
 
     /// Where lines go instead while a ``LineEditor`` reads a line (drawn above it).
-    private static let interposer = Mutex<(@Sendable (String) -> Void)?>(nil)
+    private static let interposer = Locked<(@Sendable (String) -> Void)?>(nil)
 
     /// Routes every line of ``out(_:)`` and ``error(_:)`` through `body` (a ``LineEditor``
     /// prints them above the line being typed), or back to the descriptors with `nil`.

@@ -5,6 +5,7 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import SyncLocks
 import Synchronization
 #if os(Linux)
 import CSyncPOSIX
@@ -36,7 +37,7 @@ public final class LineEditor: Sendable {
     private let prompt: [Unicode.Scalar]
     private let historyPath: String?
     private let completions: [String]
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// The most lines the history file keeps.
     public static let historyLimit = 1_000
 
@@ -324,7 +325,7 @@ public final class LineEditor: Sendable {
 }
 
 /// The terminal's settings before the first editor changed them (restored at exit).
-private let savedTerminal = Mutex<termios?>(nil)
+private let savedTerminal = Locked<termios?>(nil)
 
 private func restoreTerminal() {
     savedTerminal.withLock { saved in

@@ -6,6 +6,7 @@ import Musl
 import Darwin
 #endif
 import Foundation
+import SyncLocks
 import Synchronization
 import SyncProtocol
 
@@ -29,7 +30,7 @@ public final class LogWriter: Sendable {
 
     private let fd: Int32
     private let prefix: String
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let wake = DispatchSemaphore(value: 0)
     private let idle = DispatchSemaphore(value: 0)
     /// The most lines queued.

@@ -1,5 +1,6 @@
 import BuiltinApps
 import SyncCore
+import SyncLocks
 import Synchronization
 import Testing
 
@@ -13,7 +14,7 @@ struct CounterAppTests {
 
     /// Every input that reaches a middleware: a plain action, or `nil` for a thunk.
     final class Spy: Sendable {
-        private let items = Mutex<[Action?]>([])
+        private let items = Locked<[Action?]>([])
         var all: [Action?] { items.withLock { $0 } }
         var middleware: Middleware<State, Action> {
             Middleware { _, next, input in

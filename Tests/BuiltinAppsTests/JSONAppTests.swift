@@ -1,5 +1,6 @@
 import BuiltinApps
 import SyncCore
+import SyncLocks
 import Synchronization
 import Testing
 
@@ -297,7 +298,7 @@ private final class Refusals: Sendable {
         let error: JSONEditError
         let action: JSONEdit
     }
-    private let entries = Mutex<[Entry]>([])
+    private let entries = Locked<[Entry]>([])
     func append(_ error: JSONEditError, _ action: JSONEdit) {
         entries.withLock { $0.append(Entry(error: error, action: action)) }
     }

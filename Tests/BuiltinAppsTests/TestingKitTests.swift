@@ -1,7 +1,6 @@
 import BuiltinApps
 import StoreSyncTesting
 import SyncCore
-import Synchronization
 import Testing
 
 @Suite("StoreSyncTesting: TestStore and DeterminismCheck on the built-in apps")

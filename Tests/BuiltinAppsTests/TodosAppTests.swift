@@ -1,5 +1,6 @@
 import BuiltinApps
 import SyncCore
+import SyncLocks
 import Synchronization
 import Testing
 
@@ -332,7 +333,7 @@ private final class Failures: Sendable {
         let failure: TodosApp.Failure
         let action: TodosApp.Action
     }
-    private let entries = Mutex<[Entry]>([])
+    private let entries = Locked<[Entry]>([])
     func append(_ failure: TodosApp.Failure, _ action: TodosApp.Action) {
         entries.withLock { $0.append(Entry(failure: failure, action: action)) }
     }

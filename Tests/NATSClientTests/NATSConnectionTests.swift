@@ -5,6 +5,7 @@ import Glibc
 import Darwin
 #endif
 import NATSClient
+import SyncLocks
 import Synchronization
 import Testing
 
@@ -104,7 +105,7 @@ struct NATSConnectionTests {
 struct NATSConnectionRefusalTests {
     @Test("a server that requires TLS is refused before CONNECT: no credentials reach it")
     func tlsRequiredGetsNoCredentials() throws {
-        let received = Mutex("")
+        let received = Locked("")
         let server = try FakeNATSServer { server, fd in
             server.send(fd, "INFO {\"server_id\":\"fake\",\"max_payload\":1048576,\"headers\":true,\"tls_required\":true}\r\n")
             // Whatever the client sends until it hangs up.

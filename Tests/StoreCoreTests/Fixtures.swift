@@ -1,4 +1,5 @@
 import StoreCore
+import SyncLocks
 import Synchronization
 
 /// A tiny counter used across the StoreCore tests.
@@ -26,7 +27,7 @@ struct NonNegative: Reducer {
 
 /// A thread-safe list for recording callbacks.
 final class Recorder<T: Sendable>: Sendable {
-    private let items = Mutex<[T]>([])
+    private let items = Locked<[T]>([])
     func append(_ item: T) { items.withLock { $0.append(item) } }
     var all: [T] { items.withLock { $0 } }
     var count: Int { items.withLock { $0.count } }

@@ -1,4 +1,5 @@
 import StoreCore
+import SyncLocks
 import Synchronization
 import Testing
 
@@ -45,7 +46,7 @@ struct LockReleaseTests {
         let store = Store(initialState: Count.State(), reducer: Count(), enhancer: .applyMiddleware(.thunk))
         // A subscriber dispatches a thunk re-entrantly (it is queued); the thunk owns the only
         // reference to a token, so running and dropping it releases that token.
-        let once = Mutex(true)
+        let once = Locked(true)
         let token = store.subscribe { _ in
             guard once.withLock({ value in defer { value = false }; return value }) else { return }
             let held = store.subscribe { _ in }

@@ -1,5 +1,6 @@
 import StoreCore
 import Testing
+import SyncLocks
 import Synchronization
 
 @Suite("Middleware, enhancers and thunks")
@@ -54,7 +55,7 @@ struct MiddlewareTests {
 
     @Test("middleware can delay an action and pass it on later from another thread")
     func delay() async {
-        let parked = Mutex<[@Sendable () -> Void]>([])
+        let parked = Locked<[@Sendable () -> Void]>([])
         let delayIncrements = M { _, next, input in
             if case .action(.increment) = input {
                 parked.withLock { $0.append { next(input) } }
@@ -182,7 +183,7 @@ struct ReduxStoreRuleTests {
 
 /// Holds the store a misbehaving reducer reaches for.
 final class StoreBox: Sendable {
-    let store = Mutex<Store<Reaching>?>(nil)
+    let store = Locked<Store<Reaching>?>(nil)
 }
 
 /// A reducer that breaks the rule: it dispatches to (or reads) its own store.

@@ -5,6 +5,7 @@ import Testing
 
 // BEGIN docs/YOUR-APP.md StoreCore example
 import StoreCore
+import SyncLocks
 import Synchronization
 
 struct Counter: Reducer {
@@ -21,7 +22,7 @@ struct Counter: Reducer {
 
 /// Callbacks are `@Sendable`, so they record into something thread-safe.
 final class Seen: Sendable {
-    let counts = Mutex<[Int]>([])
+    let counts = Locked<[Int]>([])
 }
 
 func readmeExample() -> [Int] {

@@ -1,6 +1,5 @@
 import StoreCore
 import Testing
-import Synchronization
 
 @Suite("Reducer and Store")
 struct StoreTests {

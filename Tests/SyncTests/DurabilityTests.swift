@@ -9,6 +9,7 @@ import Darwin
 import StoreReplica
 import SyncCore
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 import Testing
 

@@ -9,6 +9,7 @@ import StoreHub
 import StoreReplica
 import SyncCore
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 import Testing
 
@@ -100,7 +101,7 @@ extension MultiProcessTests {
         @Test("a dispatch larger than the hub's limit is refused locally; the connection stays up; nothing is silent")
         func oversizedDispatchRefusedLocally() async throws {
             let hub = try InProcessHub(JSONApp(), maxFrameBytes: 1024)
-            let failures = Mutex<[String]>([])
+            let failures = Locked<[String]>([])
             let replica = try Replica.attach(app: JSONApp(), socketPath: hub.fixture.socket,
                                              onDispatchFailure: { error, _ in failures.withLock { $0.append(error.description) } })
             #expect(replica.maxFrameBytes == 1024)
@@ -225,7 +226,7 @@ extension MultiProcessTests {
             try await hub.stop()
             _ = await replica.waitUntilDisconnected()
             #expect(throws: ReplicaError.self) { try replica.send(.increment) }
-            let failures = Mutex(0)
+            let failures = Locked(0)
             let second = try InProcessHub(CounterApp())
             let other = try Replica.attach(app: CounterApp(), socketPath: second.fixture.socket, reconnect: .never,
                                            onDispatchFailure: { _, _ in failures.withLock { $0 += 1 } })

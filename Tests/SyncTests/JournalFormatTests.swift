@@ -9,6 +9,7 @@ import Darwin
 import StoreReplica
 import SyncCore
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 import Testing
 
@@ -142,7 +143,7 @@ extension MultiProcessTests {
             var configuration = HubConfiguration(socketPath: fixture.socket)
             configuration.dataDirectory = fixture.directory + "/data"
             let hub = try Hub(app: JSONApp(), configuration: configuration)
-            let outcome = Mutex<HubError?>(nil)
+            let outcome = Locked<HubError?>(nil)
             let finished = Atomic<Bool>(false)
             Thread.detachNewThread {
                 do throws(HubError) { try hub.run() } catch { outcome.withLock { $0 = error } }

@@ -4,6 +4,7 @@ import StoreHub
 import StoreReplica
 import SyncCore
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 import Testing
 
@@ -72,7 +73,7 @@ struct ReplicaLibraryTests {
         let hub = try InProcessHub(CounterApp())
         let a = try hub.attach(name: "a")
         let b = try hub.attach(name: "b")
-        let seen = Mutex<[Int]>([])
+        let seen = Locked<[Int]>([])
         let token = b.store.subscribe(to: { $0.count }) { count in seen.withLock { $0.append(count) } }
         try await a.dispatch(.increment)
         try await a.dispatch(.setLimitText("5"))   // does not change the count: the selector stays quiet
@@ -89,7 +90,7 @@ struct ReplicaLibraryTests {
     @Test("thunks and middleware run only in the dispatching replica; only plain actions travel")
     func thunksRunOnce() async throws {
         let hub = try InProcessHub(CounterApp())
-        let runs = Mutex<[String]>([])
+        let runs = Locked<[String]>([])
         func spy(_ name: String) -> Middleware<CounterApp.State, CounterApp.Action> {
             Middleware { _, next, input in
                 runs.withLock { $0.append("\(name):\(input.action.map { "\($0)" } ?? "thunk")") }

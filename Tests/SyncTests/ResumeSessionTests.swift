@@ -7,6 +7,7 @@ import StoreReplica
 import StoreSyncTesting
 import SyncCore
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 import Testing
 
@@ -229,7 +230,7 @@ extension MultiProcessTests {
             let replica = try Replica.attach(app: DriftApp(salt: 1), socketPath: hub.fixture.socket, startReading: false,
                                              reconnect: ReconnectPolicy(initialDelay: .milliseconds(5)))
             defer { replica.close() }
-            let changes = Mutex<[ConnectionChange]>([])
+            let changes = Locked<[ConnectionChange]>([])
             let token = replica.observeEvents { event in
                 if case .connection(let change) = event { changes.withLock { $0.append(change) } }
             }
@@ -378,8 +379,8 @@ extension MultiProcessTests {
                                           reconnect: ReconnectPolicy(initialDelay: .milliseconds(5), maxDelay: .milliseconds(50)))
             defer { slow.close() }
             let gate = DispatchSemaphore(value: 0)
-            let seqs = Mutex<[UInt64]>([])
-            let changes = Mutex<[ConnectionChange]>([])
+            let seqs = Locked<[UInt64]>([])
+            let changes = Locked<[ConnectionChange]>([])
             let token = slow.observeEvents { event in
                 switch event {
                 case .action(let seq, _, _, _, _):
@@ -486,8 +487,8 @@ extension MultiProcessTests {
             let replica = try Replica.attach(app: JSONApp(), socketPath: fixture.socket, startReading: false,
                                              reconnect: ReconnectPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100)))
             defer { replica.close() }
-            let seqs = Mutex<[UInt64]>([])
-            let changes = Mutex<[ConnectionChange]>([])
+            let seqs = Locked<[UInt64]>([])
+            let changes = Locked<[ConnectionChange]>([])
             let token = replica.observeEvents { event in
                 switch event {
                 case .action(let seq, _, _, _, _): seqs.withLock { $0.append(seq) }
@@ -622,7 +623,7 @@ extension MultiProcessTests {
             var configuration = HubConfiguration(socketPath: fixture.socket)
             configuration.dataDirectory = fixture.directory + "/data"
             configuration.snapshotEvery = 1
-            let lines = Mutex<[String]>([])
+            let lines = Locked<[String]>([])
             configuration.log = { line in lines.withLock { $0.append(line) } }
             for round in 0..<2 {
                 let hub = try Hub(app: WideCounterApp(), configuration: configuration)
@@ -719,7 +720,7 @@ extension MultiProcessTests {
             let drifted = try Replica.attach(app: DriftedWideCounterApp(), socketPath: hub.fixture.socket,
                                              reconnect: ReconnectPolicy(initialDelay: .milliseconds(5), maxDelay: .milliseconds(50)))
             defer { drifted.close() }
-            let diverged = Mutex<[String]>([])
+            let diverged = Locked<[String]>([])
             let token = drifted.observeEvents { event in
                 if case .connection(.diverged(let seq, let reason)) = event { diverged.withLock { $0.append("\(seq): \(reason)") } }
             }

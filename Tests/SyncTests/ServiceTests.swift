@@ -6,7 +6,6 @@ import Darwin
 #endif
 import SyncCore
 import SyncPOSIX
-import Synchronization
 import Testing
 
 /// A datagram socket standing in for systemd's `NOTIFY_SOCKET`.

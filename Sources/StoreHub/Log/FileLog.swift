@@ -7,6 +7,7 @@ import Darwin
 #endif
 import SyncCore
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 
 /// The journal and snapshots in a data directory: the log of a hub that is the only writer.
@@ -422,7 +423,7 @@ package final class FileLog: HubLog {
 package enum StorageFaults {
     /// While set, every journal, snapshot and probe write fails with this errno (a full disk
     /// is `ENOSPC`).
-    package static let writeFailure = Mutex<Int32?>(nil)
+    package static let writeFailure = Locked<Int32?>(nil)
     /// While set, undoing a failed journal write (cutting the segment back) fails with this errno.
-    package static let truncateFailure = Mutex<Int32?>(nil)
+    package static let truncateFailure = Locked<Int32?>(nil)
 }

@@ -10,6 +10,7 @@ import Foundation
 import NATSClient
 import SyncCore
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 
 extension JetStreamLog {
@@ -55,7 +56,7 @@ extension JetStreamLog {
             var lease: Result<Range<Int>, StorageError>?
         }
 
-        private let shared = Mutex(Shared())
+        private let shared = Locked(Shared())
         private let configuration: SharedLogConfiguration
         private let names: Names
         let note: @Sendable (String) -> Void

@@ -1,5 +1,6 @@
 import Foundation
 import StoreSyncTesting
+import SyncLocks
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -164,7 +165,7 @@ final class ChildProcess: Sendable {
 
 /// Lines captured from one output stream, shared with the thread that reads them.
 final class Lines: Sendable {
-    private let storage = Mutex<[String]>([])
+    private let storage = Locked<[String]>([])
     /// Set when the stream reached end of file and every line is in.
     let finished = Atomic<Bool>(false)
     func append(_ line: String) { storage.withLock { $0.append(line) } }

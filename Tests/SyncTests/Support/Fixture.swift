@@ -8,6 +8,7 @@ import StoreHub
 import SyncCore
 import SyncPOSIX
 import SyncProtocol
+import SyncLocks
 import Synchronization
 
 /// A temporary directory for one test's socket, and every child process the test starts.
@@ -17,7 +18,7 @@ import Synchronization
 final class Fixture: Sendable {
     let directory: String
     let socket: String
-    private let children = Mutex<[ChildProcess]>([])
+    private let children = Locked<[ChildProcess]>([])
 
     init() throws {
         // Writing to a child that was killed must fail with EPIPE, not kill the test runner.

@@ -5,6 +5,7 @@ import Glibc
 import Darwin
 #endif
 import SyncPOSIX
+import SyncLocks
 import Synchronization
 
 /// The `nats-server` the shared-log tests start, or `nil` (they are then skipped, one line
@@ -55,7 +56,7 @@ final class NATSServer: Sendable {
     let namespace: String?
     private let routes: [String]
     private let fixture: Fixture
-    private let current = Mutex<ChildProcess?>(nil)
+    private let current = Locked<ChildProcess?>(nil)
 
     /// - Parameters:
     ///   - fixture: The test's fixture (directory and child processes).
