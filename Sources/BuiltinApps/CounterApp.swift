@@ -55,14 +55,14 @@ public struct CounterApp: SyncApp {
     /// The reducer and codec version.
     public static let version = "1"
     /// One line for `--list-apps`.
-    public static let summary = "seed 000's counter: count, increment/decrement toggle, limit text, limit thunk"
+    public static let summary = "seed 000's counter: count, increment/decrement toggle, limit text, step toward the limit"
     /// The shorthand.
     public static let commandHelp = """
         increment | decrement        step the count by one
         up | down                    set the toggle to increment / decrement (clears the limit)
         limit TEXT                   set the limit text ("limit" alone clears it)
-        step                         seed 000's thunk: increment or decrement toward the limit,
-                                     decided locally from this replica's state
+        step                         one increment (or decrement) toward the limit, decided here
+                                     from this replica's state; nothing once the limit is reached
         {"type":…}                   any wire action as JSON
         """
 
@@ -97,6 +97,19 @@ public struct CounterApp: SyncApp {
             shouldChange = state.isIncrementing ? state.count < limit : state.count > limit
         }
         if shouldChange { context.send(state.isIncrementing ? .increment : .decrement) }
+    }
+
+    /// `limit reached: nothing sent` for `step` at the limit.
+    ///
+    /// - Parameters:
+    ///   - line: The command typed.
+    ///   - state: The state `step` looked at.
+    /// - Returns: One line.
+    public func nothingSent(by line: String, state: State) -> String {
+        if let limit = Int(state.limitText) {
+            return "limit reached: nothing sent (the count is \(state.count), the limit \(limit))"
+        }
+        return "nothing sent"
     }
 
     /// Decodes a wire action.
@@ -156,6 +169,10 @@ public struct CounterApp: SyncApp {
     /// - Throws: ``AppCodingError`` for an unknown command.
     public func command(_ line: String) throws(AppCodingError) -> AppCommand<State, Action> {
         let (word, rest) = AppCommandParsing.splitWord(line[...])
+        if ["increment", "inc", "+", "decrement", "dec", "-", "up", "down", "step", "update"].contains(word), !rest.isEmpty {
+            // `increment 5` is not five increments: say so rather than send one.
+            throw AppCodingError("\(word) takes no argument (got \"\(ControlCharacters.escaped(String(rest)))\"); type it once per step")
+        }
         switch word {
         case "increment", "inc", "+": return .action(encodeAction(.increment))
         case "decrement", "dec", "-": return .action(encodeAction(.decrement))

@@ -209,10 +209,23 @@ extension Replica {
         let old = link.replace(with: new)
         old.closeDescriptor(reason: "replaced by a new connection")
         currentReplica.store(welcome.replica, ordering: .releasing)
-        let closing = shared.withLock { shared -> Bool in
-            shared.ledger.welcomed(hub: welcome.hub, replica: welcome.replica, history: welcome.history,
-                                   resumed: welcome.resumed, change: change)
-            return shared.ledger.closing
+        let (closing, orphaned) = shared.withLock { shared -> (Bool, [(DispatchID, ReplicaLedger.Pending?, ReplyWaiter<UInt64>?)]) in
+            let before = shared.ledger.pending
+            let ids = shared.ledger.welcomed(hub: welcome.hub, replica: welcome.replica, history: welcome.history,
+                                             resumed: welcome.resumed, change: change)
+            let orphaned = ids.map { id in (id, before[id], shared.acks.removeValue(forKey: id)) }
+            return (shared.ledger.closing, orphaned)
+        }
+        // Dispatches made against the old history: never sent to this one (outside the lock).
+        if !orphaned.isEmpty {
+            let error = ReplicaError.rejected(WireError(.historyChanged, "the hub now serves another history (\(welcome.history ?? "?")) than the one this dispatch was made against; it was not sent, so it was not applied. Look at the new state and dispatch again if it still applies"))
+            for (_, entry, ack) in orphaned {
+                if let ack {
+                    ack.resume(throwing: error)
+                } else if let entry, !entry.awaited {
+                    reportFailure(error, entry.json)
+                }
+            }
         }
         if closing {
             // close() ran while this attempt was under way: it closed the old link only.

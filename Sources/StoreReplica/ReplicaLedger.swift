@@ -142,15 +142,27 @@ struct ReplicaLedger: Sendable {
     ///   - history: The welcome's history.
     ///   - resumed: Whether it resumed (the re-sends then wait for the replay's end).
     ///   - change: What to report once the re-sends are done.
-    mutating func welcomed(hub: String, replica: Int, history newHistory: String?, resumed: Bool, change: ConnectionChange) {
+    /// - Returns: The pending dispatches made against another history, in order: they are
+    ///   no longer pending, and must fail with `history-changed` (never sent to this hub).
+    @discardableResult
+    mutating func welcomed(hub: String, replica: Int, history newHistory: String?, resumed: Bool,
+                           change: ConnectionChange) -> [DispatchID] {
         hubID = hub
+        var orphaned: [DispatchID] = []
         if let newHistory, newHistory != history {
-            // Another history: replica ids of the old one say nothing about this one.
+            // Another history: replica ids of the old one say nothing about this one, and a
+            // dispatch decided against the old history's state must not be applied in this
+            // one (an in-memory hub restarted empty, a hub pointed at another log).
+            if history != nil {
+                orphaned = pending.sorted { $0.value.order < $1.value.order }.map(\.key)
+                for id in orphaned { pending[id] = nil }
+            }
             history = newHistory
             ownReplicas = []
         }
         ownReplicas.insert(replica)
         if resumed { resumeCompletion = change }
+        return orphaned
     }
 
     /// The replay after a resumed welcome ended: the change to report (once).

@@ -60,7 +60,7 @@ public enum HubCommand {
                          [--nats-credentials FILE] [--nats-replicas N] [--retain-actions N]]
                         [--backlog-bytes N] [--checkpoint-every N] [--checkpoint-interval SECONDS]
                         [--idle-timeout SECONDS]
-                        [--welcome-timeout SECONDS] [--check-determinism]
+                        [--welcome-timeout SECONDS] [--check-determinism] [--log-timestamps on|off]
                         [--max-frame-bytes N] [--max-queue-bytes N]
                    \(program) --check-data DIR [--repair]
                    \(program) --export DIR [--at SEQ]
@@ -169,6 +169,10 @@ public enum HubCommand {
                                      global before it diverges replicas. Costs two more reducer runs
                                      and two digests of the whole state per action (not during
                                      recovery): for staging and tests.
+              --log-timestamps on|off
+                                     Start every log line with the time, RFC 3339 in UTC with
+                                     milliseconds (2026-11-28T12:45:01.123Z). Default: on when stderr
+                                     is a terminal, off otherwise (journald adds its own).
               --check-data DIR       Verify every snapshot and journal record in DIR offline, replay it,
                                      print a summary (format, seqs, sizes, digest) and exit (0: usable,
                                      1: not).
@@ -221,6 +225,7 @@ public enum HubCommand {
         var dataDirectory: String?
         var logURL: String?
         var natsCredentials: String?
+        var logTimestamps: Bool?
         var natsReplicas: Int?
         var retainActions: Int?
         var fsyncMode: FsyncMode?
@@ -263,7 +268,7 @@ public enum HubCommand {
 
         let flags = ["--app", "--socket", "--socket-mode", "--socket-group", "--allow-uid", "--max-clients", "--data-dir",
                      "--log", "--nats-credentials", "--nats-replicas", "--retain-actions", "--fsync", "--snapshot-every", "--dedup-window",
-                     "--backlog-bytes", "--checkpoint-every", "--checkpoint-interval", "--idle-timeout", "--welcome-timeout", "--check-determinism",
+                     "--backlog-bytes", "--checkpoint-every", "--checkpoint-interval", "--idle-timeout", "--welcome-timeout", "--check-determinism", "--log-timestamps",
                      "--max-frame-bytes", "--max-queue-bytes", "--check-data", "--repair", "--export", "--at", "--list-apps", "--version", "--help"]
         while let argument = arguments.next() {
             switch argument {
@@ -330,6 +335,13 @@ public enum HubCommand {
             case "--snapshot-every": snapshotEvery = positiveInt(for: argument, &arguments)
             case "--dedup-window": dedupWindow = positiveInt(for: argument, &arguments)
             case "--check-determinism": checkDeterminism = true
+            case "--log-timestamps":
+                let text = value(for: argument, &arguments)
+                switch text {
+                case "on": logTimestamps = true
+                case "off": logTimestamps = false
+                default: hubFail("--log-timestamps is on or off, got \"\(ControlCharacters.escaped(text))\"", status: 2)
+                }
             case "--backlog-bytes": backlogBytes = positiveInt(for: argument, &arguments)
             case "--checkpoint-every":
                 let text = value(for: argument, &arguments)
@@ -446,12 +458,16 @@ public enum HubCommand {
         }
 
         let logs = LogWriter(prefix: "\(program): ")
+        let stamped = logTimestamps ?? LogTimestamp.standardErrorIsTerminal
         var configuration = HubConfiguration(
             socketPath: SocketPath.resolve(explicit: socketFlag, app: appName),
             maxFrameBytes: maxFrameBytes,
             maxQueuedBytesPerReplica: maxQueueBytes,
             // The hub's own lines say "hubd: "; a hub of your own app says its own name.
-            log: { line in logs.write(program != "hubd" && line.hasPrefix("hubd: ") ? program + ": " + line.dropFirst(6) : line) }
+            log: { line in
+                let named = program != "hubd" && line.hasPrefix("hubd: ") ? program + ": " + line.dropFirst(6) : line
+                logs.write(stamped ? LogTimestamp.now() + " " + named : named)
+            }
         )
         configuration.dataDirectory = dataDirectory
         configuration.sharedLog = sharedLog

@@ -75,6 +75,14 @@ struct Interactive<App: SyncApp> {
         while let line = editor.map({ $0.readLine() }) ?? readLine(strippingNewline: true) {
             let trimmed = line.trimmingSpaces
             if trimmed.isEmpty { continue }
+            if trimmed.hasPrefix(":"), let problem = Self.colonCommandProblem(trimmed) {
+                if json {
+                    Console.out(JSON.object(["type": "error", "error": ["code": "bad-command", "message": .string(problem)]]).canonicalString)
+                } else {
+                    Console.out("error: \(problem)")
+                }
+                continue
+            }
             switch trimmed {
             case ":quit", ":q":
                 return
@@ -124,12 +132,46 @@ struct Interactive<App: SyncApp> {
         }
     }
 
+    /// `attach`'s own commands (and their short forms).
+    static var colonCommands: [String] { [":state", ":digest", ":status", ":help", ":quit", ":q"] }
+
+    /// What is wrong with a line that starts with `:`, if anything: an unknown command (with
+    /// the nearest one), or words after a command that takes none.
+    ///
+    /// - Parameter line: The trimmed line.
+    /// - Returns: One line to print, or `nil` for a well-formed command.
+    static func colonCommandProblem(_ line: String) -> String? {
+        let words = line.split(separator: " ", omittingEmptySubsequences: true)
+        guard let first = words.first.map(String.init) else { return nil }
+        guard colonCommands.contains(first) else {
+            let near = nearestWord(first, among: colonCommands)
+            return "unknown command \"\(ControlCharacters.escaped(first))\"\(near.map { "; did you mean \($0)?" } ?? ""); :help lists the commands"
+        }
+        guard words.count == 1 else { return "\(first) takes no arguments (got \"\(ControlCharacters.escaped(words.dropFirst().joined(separator: " ")))\")" }
+        return nil
+    }
+
+    /// The word of `words` nearest to `typed` (case ignored, at most two edits), if any.
+    ///
+    /// - Parameters:
+    ///   - typed: What was typed.
+    ///   - words: The words it may have meant.
+    /// - Returns: The nearest word.
+    static func nearestWord(_ typed: String, among words: [String]) -> String? {
+        let lowered = typed.lowercased()
+        let scored = words.map { ($0, editDistance(lowered, $0.lowercased())) }.min { $0.1 < $1.1 }
+        guard let (word, distance) = scored, distance <= 2, distance < max(2, typed.count) else { return nil }
+        return word
+    }
+
     /// The first words of the app's shorthand, from its help (`word ARGS   text` lines, with
-    /// alternatives as `a | b`), for Tab completion.
+    /// alternatives as `a | b`), for Tab completion. A continuation line of a description
+    /// (indented, with no two-space gap after a usage) names no command.
     static var shorthandWords: [String] {
         var words: [String] = []
         for line in App.commandHelp.split(separator: "\n") {
             let trimmed = line.drop { $0 == " " }
+            guard trimmed.contains("  ") else { continue }
             guard let usage = trimmed.components(separatedBy: "  ").first else { continue }
             for alternative in usage.components(separatedBy: " | ") {
                 guard let word = alternative.split(separator: " ").first,
@@ -161,7 +203,11 @@ struct Interactive<App: SyncApp> {
         do {
             command = try replica.app.command(line)
         } catch {
-            let message = AppCodingError.message(of: error)
+            var message = AppCodingError.message(of: error)
+            if message.hasPrefix("unknown command"), let typed = line.split(separator: " ").first.map(String.init),
+               let near = Self.nearestWord(typed, among: Self.shorthandWords) {
+                message += " (did you mean \(near)?)"
+            }
             if json {
                 Console.out(JSON.object(["type": "error", "error": WireError(.badAction, message).json]).canonicalString)
             } else {
@@ -182,7 +228,26 @@ struct Interactive<App: SyncApp> {
                 }
             }
         case .local(let thunk):
-            replica.store.dispatch(thunk)
+            guard case .sync(let body) = thunk.body else {
+                replica.store.dispatch(thunk)
+                return
+            }
+            // Counted, so that a command that decides to send nothing says so.
+            let sent = Locked(0)
+            replica.store.dispatch(Thunk<App.State, App.Action> { context in
+                body(StoreContext(getState: context.getState, dispatch: { item in
+                    sent.withLock { $0 += 1 }
+                    context.dispatch(item)
+                }))
+            })
+            if sent.withLock({ $0 }) == 0 {
+                let text = replica.app.nothingSent(by: line, state: replica.store.state)
+                if json {
+                    Console.out(JSON.object(["type": "nothing-sent", "message": .string(text)]).canonicalString)
+                } else {
+                    Console.out(text)
+                }
+            }
         }
     }
 }

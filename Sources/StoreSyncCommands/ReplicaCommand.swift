@@ -308,6 +308,9 @@ public enum ReplicaCommand {
             return
         }
         let replicas = status.replicas.map { $0.name.isEmpty ? "\($0.replica)" : "\($0.replica) (\(ControlCharacters.escaped($0.name)))" }
+        // What an operator must see first: a hub that refuses every dispatch, and a shared
+        // log's health. A healthy hub on its own storage prints neither line.
+        for line in healthLines(status) { Console.out(line) }
         Console.out("""
             hub          \(status.hub)
             app          \(status.app) (\(status.fingerprint))
@@ -316,6 +319,30 @@ public enum ReplicaCommand {
             digest       \(status.digest)
             replicas     \(replicas.isEmpty ? "none" : replicas.joined(separator: ", "))
             """)
+    }
+
+    /// The lines `status` prints before the rest: `refusing` while the hub refuses
+    /// dispatches (with its reason), and `log` for a hub on a shared log.
+    ///
+    /// - Parameter status: The hub's answer.
+    /// - Returns: Zero, one or two lines.
+    static func healthLines(_ status: HubStatus) -> [String] {
+        var lines: [String] = []
+        let refusing = status.storage?["unavailable"]?.stringValue
+        if let refusing {
+            lines.append("refusing     every dispatch: \(ControlCharacters.escaped(refusing))")
+        }
+        if let log = status.log, log["kind"]?.stringValue == "nats" {
+            let stream = ControlCharacters.escaped(log["stream"]?.stringValue ?? "?")
+            let server = ControlCharacters.escaped(log["server"]?.stringValue ?? "")
+            let connected = log["connected"]?.boolValue == true
+            let applied = log["applied_seq"]?.uint64Value.map(String.init) ?? "?"
+            let last = log["last_seq"]?.uint64Value.map(String.init) ?? "?"
+            let link = connected ? "connected to \(server)" : "not connected"
+            let doubt = log["in_doubt"]?.boolValue == true ? ", proposals in doubt" : ""
+            lines.append("log          NATS stream \(stream), \(link), applied seq \(applied) of the stream's \(last)\(doubt); \(refusing == nil ? "accepting" : "refusing") dispatches")
+        }
+        return lines
     }
 
     static func run<App: SyncApp>(_ app: App, over connection: HubConnection, command: String,

@@ -82,15 +82,19 @@ enum TopCommand {
 
     /// The full view, for a terminal.
     static func screen(_ status: HubStatus, rate: Double?) -> String {
-        var lines = ["hub \(status.hub)  app \(status.app) (\(status.fingerprint))  history \(status.history ?? "-")",
-                     summary(status, rate: rate)]
+        // The log's health first (refusing, a shared log's link), as plain `status` prints it.
+        var lines = ReplicaCommand.healthLines(status)
+        lines.append("hub \(status.hub)  app \(status.app) (\(status.fingerprint))  history \(status.history ?? "-")")
+        lines.append(summary(status, rate: rate))
         if let storage = status.storage {
-            let fsync = storage["fsync"]?.stringValue ?? "memory"
-            let journal = storage["journal_bytes"]?.intValue ?? 0
-            lines.append("storage  fsync \(fsync)  journal \(journal) bytes  snapshot at seq \(storage["snapshot_seq"]?.intValue ?? 0)")
-        }
-        if let log = status.log {
-            lines.append("log  \(log["kind"]?.stringValue ?? "?")  stream \(log["stream"]?.stringValue ?? "-")  connected \(log["connected"]?.boolValue == true ? "yes" : "no")  last seq \(log["last_seq"]?.intValue ?? 0)")
+            if status.log?["kind"]?.stringValue == "nats" {
+                // The stream's durability is NATS's: a shared log has no fsync mode of its own.
+                lines.append("storage  shared log (NATS)  local snapshots \(storage["data_dir"]?.stringValue.map(ControlCharacters.escaped) ?? "none")  snapshot at seq \(storage["snapshot_seq"]?.intValue ?? 0)")
+            } else {
+                let fsync = storage["fsync"]?.stringValue ?? "memory"
+                let journal = storage["journal_bytes"]?.intValue ?? 0
+                lines.append("storage  fsync \(fsync)  journal \(journal) bytes  snapshot at seq \(storage["snapshot_seq"]?.intValue ?? 0)")
+            }
         }
         lines.append("")
         lines.append(pad("REPLICA", 8) + pad("NAME", 24) + pad("UID", 8) + pad("PID", 9) + pad("LAG", 10) + "QUEUED BYTES")

@@ -100,6 +100,15 @@ public protocol SyncApp: Reducer where State: Sendable, Action: Sendable {
     /// - Returns: A wire action, or local work (a thunk) to run in the typing replica.
     /// - Throws: ``AppCodingError`` saying what was expected.
     func command(_ line: String) throws -> AppCommand<State, Action>
+
+    /// What an interactive client says when a local command (a thunk) sent nothing, e.g.
+    /// `limit reached: nothing sent` for the counter's `step` at its limit.
+    ///
+    /// - Parameters:
+    ///   - line: The command typed.
+    ///   - state: The replica's state the command looked at.
+    /// - Returns: One line.
+    func nothingSent(by line: String, state: State) -> String
 }
 
 /// What a typed command asks for.
@@ -165,6 +174,16 @@ extension SyncApp {
     /// - Throws: ``AppCodingError`` when the line is not a JSON object.
     public func command(_ line: String) throws(AppCodingError) -> AppCommand<State, Action> {
         .action(try AppCommandParsing.jsonObject(line))
+    }
+
+    /// `nothing sent: COMMAND found nothing to do in this replica's state`.
+    ///
+    /// - Parameters:
+    ///   - line: The command typed.
+    ///   - state: The replica's state.
+    /// - Returns: One line.
+    public func nothingSent(by line: String, state: State) -> String {
+        "nothing sent: \(ControlCharacters.escaped(line)) found nothing to do in this replica's state"
     }
 
     /// The canonical JSON of a state's encoding.

@@ -49,6 +49,10 @@ public enum ErrorCode: String, Sendable, CaseIterable, CustomStringConvertible {
     /// A `history` request names actions the hub no longer keeps (they left its resume
     /// window) or has not sequenced; the connection goes on.
     case historyUnavailable = "history-unavailable"
+    /// Never sent by a hub: a replica library fails a dispatch it had queued (while the link
+    /// was down) when the hub it reconnects to serves another history, since the dispatch was
+    /// decided against the old history's state. It was not sent, and not applied.
+    case historyChanged = "history-changed"
 
     /// The wire string, e.g. `bad-frame`.
     public var description: String { rawValue }

@@ -5,7 +5,6 @@ import Testing
 
 // BEGIN docs/YOUR-APP.md StoreCore example
 import StoreCore
-import SyncLocks
 import Synchronization
 
 struct Counter: Reducer {
@@ -22,7 +21,7 @@ struct Counter: Reducer {
 
 /// Callbacks are `@Sendable`, so they record into something thread-safe.
 final class Seen: Sendable {
-    let counts = Locked<[Int]>([])
+    let counts = Mutex<[Int]>([])
 }
 
 func readmeExample() -> [Int] {

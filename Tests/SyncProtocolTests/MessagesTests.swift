@@ -131,7 +131,7 @@ struct MessagesTests {
         #expect(ErrorCode.allCases.map(\.rawValue) == [
             "bad-frame", "frame-too-large", "bad-json", "unknown-type", "protocol-mismatch", "app-mismatch",
             "not-attached", "already-attached", "bad-action", "rejected", "slow-consumer", "shutting-down", "unavailable",
-            "superseded", "timeout", "bad-hello", "too-many-clients", "forbidden", "history-unavailable",
+            "superseded", "timeout", "bad-hello", "too-many-clients", "forbidden", "history-unavailable", "history-changed",
         ])
     }
 }

@@ -101,6 +101,26 @@ struct ReplicaLedgerTests {
         #expect(ledger.completeResume() == nil, "a full welcome has no replay to wait for")
     }
 
+    @Test("a welcome of another history hands back the dispatches queued against the old one, in order, unsent")
+    func historyChangedOrphansPending() {
+        var ledger = ledger(maxPending: 10)
+        #expect(ledger.submit(id: .number(1), json: action(1), awaited: false) == .send)
+        ledger.dropped(divergence: false)
+        #expect(ledger.submit(id: .number(2), json: action(2), awaited: true) == .queue)
+        #expect(ledger.submit(id: .number(3), json: action(3), awaited: false) == .queue)
+        let orphaned = ledger.welcomed(hub: "hub-new", replica: 1, history: "h-new", resumed: false,
+                                       change: .rehydrated(seq: 0))
+        #expect(orphaned == [.number(1), .number(2), .number(3)])
+        #expect(ledger.pending.isEmpty)
+        #expect(ledger.toResend(after: -1).isEmpty, "nothing made against the old history is sent to the new one")
+        #expect(ledger.link == .connected)
+        // The same history again (a resume, or a restarted hub on the same log): nothing is orphaned.
+        #expect(ledger.submit(id: .number(4), json: action(4), awaited: false) == .send)
+        ledger.dropped(divergence: false)
+        #expect(ledger.welcomed(hub: "hub-new", replica: 2, history: "h-new", resumed: true, change: .resumed(seq: 0)).isEmpty)
+        #expect(ledger.pending.keys.contains(.number(4)))
+    }
+
     @Test("the end hands back every pending dispatch in order, and refuses everything after")
     func end() {
         var ledger = ledger()
