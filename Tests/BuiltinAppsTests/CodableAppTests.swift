@@ -164,6 +164,8 @@ struct CodableAppTests {
 
 /// docs/YOUR-APP.md's Codable example, as written there.
 // BEGIN docs/YOUR-APP.md codable app example
+import SyncCore
+
 struct Tally: CodableSyncApp {
     struct State: Codable, Equatable, Sendable { var count = 0 }
     enum Action: TaggedEnumCodable, Sendable {
@@ -183,6 +185,8 @@ struct Tally: CodableSyncApp {
 // END docs/YOUR-APP.md codable app example
 
 // BEGIN docs/YOUR-APP.md tagged cases example
+import SyncCore
+
 extension Tally.Action {
     static let taggedCases = TaggedCases<Tally.Action>(
         .case("add", Tally.Action.add, "amount"),

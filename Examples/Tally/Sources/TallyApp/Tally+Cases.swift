@@ -1,6 +1,6 @@
+// BEGIN docs/YOUR-APP.md tally cases example
 import SyncCore
 
-// BEGIN docs/YOUR-APP.md tally cases example
 extension Tally.Action {
     /// The cases with their constructors: decoding builds each action straight from its
     /// members, without `Decoder` containers (each entry is checked against Codable once).

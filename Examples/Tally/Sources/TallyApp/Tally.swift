@@ -1,6 +1,6 @@
+// BEGIN docs/YOUR-APP.md tally app example
 import SyncCore
 
-// BEGIN docs/YOUR-APP.md tally app example
 /// A shared tally: named counters that every process sees alike.
 public struct Tally: CodableSyncApp {
     public struct State: Codable, Equatable, Sendable {
