@@ -18,8 +18,9 @@ import CSyncPOSIX
 ///
 /// It works on a terminal only: ``start(prompt:historyPath:completions:)`` returns `nil` when
 /// standard input or output is not one, and the caller reads plain lines instead. The terminal
-/// leaves canonical mode and echo while a line is read, keeps its signals (Ctrl-C is still
-/// SIGINT), and is restored at ``close()`` and at process exit. Each Unicode scalar counts as
+/// leaves canonical mode, echo and signals while a line is read: Ctrl-C clears a half-typed
+/// line and, on an empty line, ends input like Ctrl-D (as bash and python do); the terminal is
+/// restored at ``close()`` and at process exit, and signals work again between lines. Each Unicode scalar counts as
 /// one column.
 public final class LineEditor: Sendable {
     private struct State {
@@ -114,7 +115,9 @@ public final class LineEditor: Sendable {
     /// - Returns: The line, without its newline.
     public func readLine() -> String? {
         guard var raw = savedTerminal.withLock({ $0 }) else { return nil }
-        raw.c_lflag &= ~tcflag_t(ICANON | ECHO | IEXTEN)
+        // ISIG off too: Ctrl-C is read as a key (it clears the line, as in bash and python),
+        // not a SIGINT that would end the program with the line half typed.
+        raw.c_lflag &= ~tcflag_t(ICANON | ECHO | IEXTEN | ISIG)
         withUnsafeMutablePointer(to: &raw.c_cc) { pointer in
             pointer.withMemoryRebound(to: cc_t.self, capacity: Int(NCCS)) { cc in
                 cc[Int(VMIN)] = 1
@@ -136,6 +139,21 @@ public final class LineEditor: Sendable {
             case 0x0D, 0x0A:  // Enter
                 let line = state.withLock { String(String.UnicodeScalarView($0.line)) }
                 return finish(line)
+            case 0x03:  // Ctrl-C: clear the line; on an empty line, end of input
+                if state.withLock({ $0.line.isEmpty }) {
+                    write(Array("^C".utf8))
+                    return finish(nil)
+                }
+                write(Array("^C\r\n".utf8))
+                edit { state in
+                    state.line = []
+                    state.cursor = 0
+                    state.position = state.history.count
+                }
+            case 0x1C:  // Ctrl-\: quit as the terminal would (SIGQUIT is off while reading)
+                write(Array("\r\n".utf8))
+                restoreTerminal()
+                _ = raise(SIGQUIT)
             case 0x04:  // Ctrl-D: end of input on an empty line, else delete
                 if state.withLock({ $0.line.isEmpty }) { return finish(nil) }
                 edit { state in if state.cursor < state.line.count { state.line.remove(at: state.cursor) } }

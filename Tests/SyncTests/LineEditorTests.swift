@@ -91,6 +91,11 @@ extension MultiProcessTests {
             try await terminal.wait(":state's output") { $0.contains("\"c\": 3") || $0.contains("\"c\":3") }
             terminal.type(":di\t\r")
             try await terminal.wait(":digest's output") { $0.contains("seq 2 digest ") }
+            // Ctrl-C with a half-typed line clears it (nothing is sent), and attach goes on.
+            terminal.type("set /d 4\u{03}")
+            try await terminal.wait("the cleared line") { $0.contains("set /d 4\u{1B}[K^C") }
+            terminal.type("set /e 5\r")
+            try await waitUntil("set /e 5 to be applied, not set /d 4") { try state() == #"{"a":2,"c":3,"e":5}"# }
             // Ctrl-D on an empty line ends attach (exit 0).
             terminal.type("\u{04}")
             let deadline = ContinuousClock.now + scaled(.seconds(20))
@@ -98,7 +103,7 @@ extension MultiProcessTests {
             #expect(!process.isRunning)
             #expect(process.terminationStatus == 0)
             let history = try String(contentsOfFile: fixture.directory + "/state/storesync/attach-history", encoding: .utf8)
-            #expect(history == "set /a 2\nset /c 3\n:state\n:digest \n", "\(history.debugDescription)")
+            #expect(history == "set /a 2\nset /c 3\n:state\n:digest \nset /e 5\n", "\(history.debugDescription)")
             hub.signal(SIGTERM)
             _ = try await hub.waitForExit()
         }
