@@ -104,6 +104,33 @@ struct SequencerTests {
         #expect(log.proposals.last?.expectingLast == 2)
     }
 
+    @Test("catching up when the log goes down: requests are judged again at once (refused unavailable, reads from the applied state), never held until the outage ends")
+    func outageWhileCatchingUpStillJudges() throws {
+        let log = ScriptedLog()
+        let sequencer = try sequencer(log)
+        #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, session: nil) == .proposed(1))
+        log.pending = [.conflict(from: 1, logLast: 5)]
+        _ = sequencer.pump(now: .now)
+        _ = sequencer.pump(now: .now)
+        #expect(!sequencer.isJudging, "catching up to seq 5, nothing of it applied")
+        // The log goes down before the hub could read what won: it may stay down a long time.
+        log.available = false
+        log.pending = [.inDoubt(from: 1, reason: "the link to NATS dropped")]
+        _ = sequencer.pump(now: .now)
+        #expect(sequencer.isJudging, "an outage is decided at once: status, welcome and history are served")
+        guard case .refused(let error) = sequencer.dispatch(set("/b", 1), id: .number(2), origin: 1, session: nil) else {
+            Issue.record("a dispatch during the outage must be refused")
+            return
+        }
+        #expect(error.code == .unavailable)
+        #expect(sequencer.appliedSnapshot().seq == 0)
+        // Back, still behind: judging waits for the catch-up again.
+        log.available = true
+        log.pending = [.appended(foreign(1, "/x", 1))]
+        _ = sequencer.pump(now: .now)
+        #expect(!sequencer.isJudging)
+    }
+
     @Test("exactly once across hubs: a dispatch another hub sequenced for this session is a duplicate here")
     func duplicateAcrossHubs() throws {
         let log = ScriptedLog()

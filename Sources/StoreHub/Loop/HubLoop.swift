@@ -140,7 +140,10 @@ final class HubLoop {
                     checkWelcomeDeadline(connection, now: now, timers: &timers)
                 }
                 if owes(connection) { events |= Int16(POLLOUT) }
-                pollSet.append(pollfd(fd: connection.fd, events: events, revents: 0))
+                // Nothing wanted from it now: left out of the poll (a negative descriptor), since
+                // poll reports POLLHUP whatever was asked, and a peer that hung up while its
+                // frames wait would wake the loop at once, again and again.
+                pollSet.append(pollfd(fd: events == 0 ? -1 : connection.fd, events: events, revents: 0))
                 order.append(connection)
             }
             for connection in idle where !connection.isClosing {

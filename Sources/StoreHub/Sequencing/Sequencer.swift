@@ -114,8 +114,11 @@ final class Sequencer {
     /// Why dispatches are refused, while they are.
     var unavailableReason: String? { gate.reason }
     /// Whether new requests may be judged now: not while proposals voided by a conflict or a
-    /// failure are settling, nor while catching up with records another hub wrote.
-    var isJudging: Bool { !settling && applier.seq >= catchUpTo }
+    /// failure are settling, nor while catching up with records another hub wrote, unless the
+    /// log refuses everything (an outage): then every answer is decided at once from the
+    /// applied state (a dispatch is refused `unavailable`; `status`, `welcome` and `history`
+    /// are served), so reads never stop while the log cannot be read to the end.
+    var isJudging: Bool { !settling && (applier.seq >= catchUpTo || gate.reason != nil) }
     /// Storage facts for `status`.
     var logStatus: LogStatus { log.status }
     /// The number of proposals in flight.
