@@ -69,7 +69,7 @@ let package = Package(
         .testTarget(name: "BuiltinAppsTests", dependencies: ["BuiltinApps", "SyncCore", "StoreSyncTesting", "SyncLocks"]),
         .testTarget(
             name: "SyncTests",
-            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncPOSIX", "StoreSyncTesting", "SyncLocks"]
+            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncPOSIX", "StoreSyncTesting", "SyncLocks", "StoreSyncCommands"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -68,6 +68,7 @@ enum GenericClient {
             while true {
                 switch try connection.receive(timeoutMilliseconds: -1) {
                 case .action(let seq, let origin, let id, let action):
+                    guard options.filter.passes(action, origin: origin) else { continue }
                     Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
                 case .error(let error):
                     throw .hub(error)
@@ -88,6 +89,7 @@ enum GenericClient {
     static func history(over connection: HubConnection, options: Options) throws(ReplicaError) {
         let (from, end) = try historyRange(over: connection, options: options)
         try actions(over: connection, from: from, through: end, name: options.name) { seq, origin, id, action in
+            guard options.filter.passes(action, origin: origin) else { return }
             Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
         }
     }

@@ -62,15 +62,18 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              with the app's reducer from the hub's resume window (it must
                              still start at seq 1; otherwise exit 1 saying so: use
                              hubd --export DIR --at SEQ on the hub's data directory).
-      watch [--diff]         Print every sequenced action as one JSON line (NDJSON):
+      watch [--diff] [--type GLOB] [--origin N[,N…]]
+                             Print every sequenced action as one JSON line (NDJSON):
                              {"action":…,"id":…,"origin":…,"seq":…}, until SIGINT or SIGTERM
                              (exit 0); rides through hub restarts, or with --no-reconnect ends
                              when the hub goes (exit 1). With --diff each line also carries
                              "patch": the RFC 6902 JSON Patch the action made to the state
                              (add/remove/replace, computed here by the app's reducer).
+                             --type GLOB prints only actions whose "type" matches (* and ?),
+                             --origin only those dispatched by these replica ids.
       status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
                              attached replicas). With --json print the hub's status message.
-      history --from A [--to B] [--diff]
+      history --from A [--to B] [--diff] [--type GLOB] [--origin N[,N…]]
                              Print the sequenced actions A…B (B: the hub's seq by default) as
                              NDJSON lines, as watch does, from the hub's resume window (at
                              least the last 10000 actions); older ones: exit 1 saying so (read
@@ -78,6 +81,7 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              --diff each line also carries "patch", the RFC 6902 JSON Patch the
                              action made, from the state before A rebuilt here with the app's
                              reducer (the app must be built in, and the window reach seq 1).
+                             --type and --origin filter the lines as for watch.
       top [--count N] [--interval SECONDS]
                              A live view of the hub, refreshed every SECONDS (default 1): seq,
                              actions/s, max lag, digest, storage, and per replica its id, name,
@@ -142,6 +146,8 @@ struct Options {
     var diff = false
     /// state: the seq to rebuild the state at (time travel).
     var at: UInt64?
+    /// `--type GLOB` and `--origin N[,N…]` (watch and history).
+    var filter = ActionFilter()
     var command: String?
     var arguments: [String] = []
 }
@@ -171,6 +177,14 @@ func parseOptions(apps: [any SyncApp]) -> Options {
         case "--json": options.json = true
         case "--no-reconnect": options.noReconnect = true
         case "--diff": options.diff = true
+        case "--type": options.filter.typeGlob = value(argument)
+        case "--origin":
+            let text = value(argument)
+            let ids = text.split(separator: ",").map { Int($0) }
+            guard !ids.isEmpty, ids.allSatisfy({ ($0 ?? -1) >= 0 }) else {
+                fail("--origin needs replica ids, e.g. --origin 3 or --origin 3,7, got \"\(ControlCharacters.escaped(text))\"", status: 2)
+            }
+            options.filter.origins = Set(ids.compactMap { $0 })
         case "--at":
             guard let seq = UInt64(value(argument)) else { fail("--at needs a seq (a whole number)", status: 2) }
             options.at = seq
@@ -184,7 +198,7 @@ func parseOptions(apps: [any SyncApp]) -> Options {
             options.arguments.append(contentsOf: cursor.rest())
         default:
             if argument.hasPrefix("--") && !["dispatch", "top", "history"].contains(options.command ?? "") {
-                let flags = ["--socket", "--app", "--name", "--pointer", "--json", "--no-reconnect", "--diff", "--at",
+                let flags = ["--socket", "--app", "--name", "--pointer", "--json", "--no-reconnect", "--diff", "--type", "--origin", "--at",
                              "--hub-uid", "--version", "--help"]
                 let hint = closestFlag(argument, among: flags).map { " (did you mean \($0)?)" } ?? ""
                 fail("unknown option \"\(argument)\"\(hint); see \(ReplicaCommand.program) --help", status: 2)
@@ -384,7 +398,9 @@ public enum ReplicaCommand {
                 switch event {
                 case .action(let seq, let origin, let id, _, let json):
                     var line: [JSONKey: JSON] = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": json]
+                    // The patch is taken for every action (the diffs go in step), printed only if it passes.
                     if let diffs { line["patch"] = .array(diffs.nextPatch()) }
+                    guard options.filter.passes(json, origin: origin) else { break }
                     Console.out(JSON.object(line).canonicalString)
                 case .connection(let change):
                     if case .rehydrated = change { diffs?.restart(at: app.encodeState(replica.store.state)) }
@@ -473,10 +489,11 @@ public enum ReplicaCommand {
         try GenericClient.actions(over: connection, from: from, through: end, name: options.name) { seq, origin, id, json in
             apply(app, json, seq: seq, to: &state)
             let after = app.encodeState(state)
+            defer { before = after }
+            guard options.filter.passes(json, origin: origin) else { return }
             let line: JSON = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": json,
                               "patch": .array(JSONPatch.diff(from: before, to: after))]
             Console.out(line.canonicalString)
-            before = after
         }
     }
 
