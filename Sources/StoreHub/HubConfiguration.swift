@@ -172,6 +172,9 @@ public struct SharedLogConfiguration: Sendable, Equatable {
     public var replicas: Int = 1
     /// Records kept behind the newest shared snapshot (`--retain-actions`); `nil` keeps all.
     public var retainActions: UInt64?
+    /// The keys that tag the log's records (``LogKeys``); without one, records are only
+    /// chained by SHA-256 (`--log-unauthenticated`).
+    package var keys: LogKeys = .unauthenticated
 
     /// Parses `nats://[USER:PASS@]HOST:PORT[,HOST:PORT…]/STREAM` (or `TOKEN@`).
     ///

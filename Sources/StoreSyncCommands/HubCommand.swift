@@ -57,7 +57,8 @@ public enum HubCommand {
                         [--allow-uid UID[,UID…]] [--max-clients N]
                         [--data-dir DIR [--fsync MODE] [--snapshot-every N] [--dedup-window N]]
                         [--log file:DIR | --log nats://[USER:PASS@]HOST:PORT[,HOST:PORT…]/STREAM
-                         [--nats-credentials FILE] [--nats-replicas N] [--retain-actions N]]
+                         [--log-key-file FILE | --log-unauthenticated] [--nats-credentials FILE]
+                         [--nats-replicas N] [--retain-actions N]]
                         [--backlog-bytes N] [--checkpoint-every N] [--checkpoint-interval SECONDS]
                         [--idle-timeout SECONDS]
                         [--welcome-timeout SECONDS] [--check-determinism] [--log-timestamps on|off]
@@ -102,6 +103,15 @@ public enum HubCommand {
               --log nats://…/STREAM  Keep the order in a NATS JetStream stream shared with hubs on other
                                      hosts (see docs/OPERATIONS.md, "Across hosts"). With --data-dir
                                      the hub also keeps local snapshots there for a fast restart.
+              --log-key-file FILE    With --log nats://: the key that authenticates the stream's records
+                                     (HMAC-SHA-256), shared by every hub of the stream: one key per
+                                     line, at least 32 bytes (head -c 32 /dev/urandom | base64), the
+                                     first signs, all verify. Without it:
+                                     $CREDENTIALS_DIRECTORY/storesync-log-key (systemd LoadCredential=).
+                                     A hub on a stream without a key refuses to start.
+              --log-unauthenticated  With --log nats://: run without a key, on a network where every
+                                     NATS user is trusted: anyone who can publish to the stream can
+                                     then forge actions (said at every start).
               --nats-credentials FILE
                                      With --log nats://: the NATS user and password (lines user=… and
                                      password=…) or token (token=…), from a file only its owner can
@@ -225,6 +235,8 @@ public enum HubCommand {
         var dataDirectory: String?
         var logURL: String?
         var natsCredentials: String?
+        var logKeyFile: String?
+        var logUnauthenticated = false
         var logTimestamps: Bool?
         var natsReplicas: Int?
         var retainActions: Int?
@@ -267,7 +279,7 @@ public enum HubCommand {
         }
 
         let flags = ["--app", "--socket", "--socket-mode", "--socket-group", "--allow-uid", "--max-clients", "--data-dir",
-                     "--log", "--nats-credentials", "--nats-replicas", "--retain-actions", "--fsync", "--snapshot-every", "--dedup-window",
+                     "--log", "--log-key-file", "--log-unauthenticated", "--nats-credentials", "--nats-replicas", "--retain-actions", "--fsync", "--snapshot-every", "--dedup-window",
                      "--backlog-bytes", "--checkpoint-every", "--checkpoint-interval", "--idle-timeout", "--welcome-timeout", "--check-determinism", "--log-timestamps",
                      "--max-frame-bytes", "--max-queue-bytes", "--check-data", "--repair", "--export", "--at", "--list-apps", "--version", "--help"]
         while let argument = arguments.next() {
@@ -324,6 +336,8 @@ public enum HubCommand {
                     hubFail("--log is file:DIR or nats://[USER:PASS@]HOST:PORT[,HOST:PORT…]/STREAM, got \"\(SharedLogConfiguration.redact(text))\"", status: 2)
                 }
             case "--nats-credentials": natsCredentials = value(for: argument, &arguments)
+            case "--log-key-file": logKeyFile = value(for: argument, &arguments)
+            case "--log-unauthenticated": logUnauthenticated = true
             case "--nats-replicas": natsReplicas = positiveInt(for: argument, &arguments)
             case "--retain-actions": retainActions = positiveInt(for: argument, &arguments)
             case "--fsync":
@@ -376,6 +390,8 @@ public enum HubCommand {
         if logURL == nil {
             if natsReplicas != nil { hubFail("--nats-replicas needs --log nats://…", status: 2) }
             if natsCredentials != nil { hubFail("--nats-credentials needs --log nats://…", status: 2) }
+            if logKeyFile != nil { hubFail("--log-key-file needs --log nats://…", status: 2) }
+            if logUnauthenticated { hubFail("--log-unauthenticated needs --log nats://…", status: 2) }
             if retainActions != nil { hubFail("--retain-actions needs --log nats://…", status: 2) }
         } else if logURL?.hasPrefix("nats://") == true {
             if fsyncMode != nil, dataDirectory == nil {
@@ -430,6 +446,22 @@ public enum HubCommand {
                     }
                 case .failure(let error):
                     hubFail("--nats-credentials: \(error.message)", status: 2)
+                }
+                if logKeyFile != nil, logUnauthenticated {
+                    hubFail("--log-key-file and --log-unauthenticated: give one", status: 2)
+                }
+                let credentialsDirectory = environmentValues(["CREDENTIALS_DIRECTORY"])["CREDENTIALS_DIRECTORY"]
+                switch LogKeys.load(file: logKeyFile, credentialsDirectory: logUnauthenticated ? nil : credentialsDirectory) {
+                case .success(let keys?):
+                    configuration.keys = keys
+                    SecretFile.keepOutOfCoreDumps()
+                case .success(nil):
+                    guard logUnauthenticated else {
+                        hubFail("--log \(configuration.redacted) needs the key that authenticates the stream's records, shared by every hub of the stream: make one with `head -c 32 /dev/urandom | base64 > /etc/storesync/log-key; chmod 600 /etc/storesync/log-key`, copy it to every hub's host, and give it with --log-key-file FILE (or LoadCredential=storesync-log-key:FILE under systemd). On a network where every NATS user is trusted, --log-unauthenticated runs without one (docs/OPERATIONS.md §20)", status: 2)
+                    }
+                    configuration.keys = .unauthenticated
+                case .failure(let error):
+                    hubFail("--log-key-file: \(error.message)", status: 2)
                 }
                 sharedLog = configuration
             case .failure(let error):
@@ -529,6 +561,9 @@ fileprivate func hubFail(_ message: String, status: Int32) -> Never {
 
 fileprivate func serve<App: SyncApp>(_ app: App, configuration: HubConfiguration, logs: LogWriter) -> Never {
     var configuration = configuration
+    if let shared = configuration.sharedLog, !shared.keys.isAuthenticated {
+        logs.write("\(HubCommand.program): warning: the records of the shared log \(shared.redacted) are not authenticated (--log-unauthenticated): anyone who can publish to storesync.\(shared.stream).actions can forge actions; give every hub a key with --log-key-file (docs/OPERATIONS.md §20)")
+    }
     // The library never changes SIGPIPE (its socket writes use MSG_NOSIGNAL / SO_NOSIGPIPE);
     // The hub, a daemon, ignores it so that a closed stderr pipe (its log) cannot kill it
     // before it has flushed its replicas and removed its socket.

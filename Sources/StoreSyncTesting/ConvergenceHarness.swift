@@ -234,11 +234,30 @@ private final class HarnessRun<App: SyncApp>: Sendable {
 
     private func track(_ process: Process) { pids.withLock { $0.append(process.processIdentifier) } }
 
+    /// The run's shared-log key file (made once, readable by its owner only).
+    private func sharedKeyFile() throws -> String {
+        let path = directory.appendingPathComponent("log-key").path
+        if !FileManager.default.fileExists(atPath: path) {
+            let key = (0..<48).map { _ in UInt8.random(in: UInt8(ascii: "a")...UInt8(ascii: "z")) }
+            guard FileManager.default.createFile(atPath: path, contents: Data(key + [10]), attributes: [.posixPermissions: 0o600]) else {
+                throw fail("cannot write the shared log's key file \(path)")
+            }
+        }
+        return path
+    }
+
     func startHub(_ index: Int = 0) async throws -> Process {
         let process = Process()
         process.executableURL = harness.hub
         var arguments = ["--socket", sockets[index], "--data-dir", data[index]]
-        if let log = harness.sharedLog { arguments += ["--log", log] }
+        if let log = harness.sharedLog {
+            // The hubs of one run share a key of their own (a new stream per run), unless the
+            // test gave a key file or --log-unauthenticated itself.
+            arguments += ["--log", log]
+            if !harness.hubArguments.contains("--log-key-file"), !harness.hubArguments.contains("--log-unauthenticated") {
+                arguments += ["--log-key-file", try sharedKeyFile()]
+            }
+        }
         process.arguments = arguments + harness.hubArguments
         process.standardError = FileHandle.nullDevice
         try process.run()

@@ -140,7 +140,7 @@ extension MultiProcessTests {
             let fixture = try Fixture()
             defer { fixture.shutdown() }
             let port = try freeTCPPort()
-            let hub = try fixture.spawn("hubd", ["--socket", fixture.socket, "--app", "json", "--log", "nats://127.0.0.1:\(port)/S"])
+            let hub = try fixture.spawn("hubd", ["--socket", fixture.socket, "--app", "json", "--log", "nats://127.0.0.1:\(port)/S", "--log-unauthenticated"])
             try await waitUntil("the waiting line; \(hub.errorLines)") { hub.errorLines.contains { $0.contains("waiting for the shared log") } }
             #expect(!FileSystem.exists(fixture.socket), "nothing is served before the log answers")
             let asked = ContinuousClock.now

@@ -131,7 +131,8 @@ extension MultiProcessTests {
                 let order = [nats[host - 1]] + nats.filter { $0 !== nats[host - 1] }
                 let child = try fixture.spawn(network.ip, ["netns", "exec", network.namespace(host), hubd,
                                                            "--socket", hubs.socket(host), "--app", "json",
-                                                           "--log", hubs.url(order), "--nats-replicas", "3"], name: "hub\(host)")
+                                                           "--log", hubs.url(order), "--nats-replicas", "3",
+                                                           "--log-key-file", hubs.keyFile], name: "hub\(host)")
                 processes.append(child)
             }
             for host in 1...3 {

@@ -31,24 +31,78 @@ struct SharedLogInputTests {
         #expect(JetStreamLog.controlReplies(heartbeat, deliverSubject: deliver) == [])
     }
 
-    @Test("a delivery read with either form of the acknowledgement subject", arguments: [
-        "$JS.ACK.ledger.c.1.4.4.1700000000000000000.0",
-        "$JS.ACK._.HASH.ledger.c.1.4.4.1700000000000000000.0",
-        "$JS.ACK._.HASH.ledger.c.1.4.4.1700000000000000000.0.tok",
-    ])
-    func bothAckForms(reply: String) throws {
-        let record = LogRecord(seq: 3, origin: 1, id: .number(9), action: ["type": "increment"])
-        let message = NATSMessage(subject: names.actions, sid: 3, reply: reply, headers: nil, payload: record.body)
-        #expect(try JetStreamLog.record(from: message, names: names)?.seq == 3)
+    static let key = Array("0123456789abcdef0123456789abcdef-test-key".utf8)
+    var keys: LogKeys { (try? LogKeys.parse(Self.key, source: "test").get()) ?? .unauthenticated }
+
+    /// A record as a hub of this stream writes it: body, and a tag on `previous`.
+    func message(_ record: LogRecord, previous: String, keys: LogKeys? = nil, subject: String? = nil,
+                 history: String = "h1") -> NATSMessage {
+        let body = record.body
+        let tag = (keys ?? self.keys).tag(.record(history: history, seq: record.seq, previous: previous, body: body))
+        return NATSMessage(subject: subject ?? names.actions, sid: 3, reply: "$JS.ACK.ledger.c.1.4.4.0.0",
+                           headers: NATSHeaders([(JetStreamLog.State.tagHeader, tag)]), payload: body)
     }
 
-    @Test("a delivery of another stream, or without a stream sequence, is refused without a trap", arguments: [
-        "$JS.ACK.other.c.1.4.4.0.0", "$JS.ACK.ledger.c.1.0.4.0.0", "$JS.ACK.ledger.c.1.-5.4.0.0", "garbage",
-    ])
-    func badAckSubjects(reply: String) {
+    func check(_ message: NATSMessage, next: UInt64 = 3, previous: String = "prev-tag") -> Result<LogRecord, StorageError> {
+        JetStreamLog.validRecord(message, names: names, keys: keys, history: "h1", next: next, previousTag: previous)
+    }
+
+    @Test("a record tagged under the key, on the last valid record, at the next seq, is valid")
+    func validRecord() throws {
         let record = LogRecord(seq: 3, origin: 1, id: .number(9), action: ["type": "increment"])
-        let message = NATSMessage(subject: names.actions, sid: 3, reply: reply, headers: nil, payload: record.body)
-        #expect(throws: StorageError.self) { try JetStreamLog.record(from: message, names: names) }
+        #expect(try check(message(record, previous: "prev-tag")).get() == record)
+    }
+
+    @Test("anything else is skipped, saying why: no tag, another key, another previous record, another seq, another history, another subject, a body that is not a record")
+    func invalidRecords() {
+        let record = LogRecord(seq: 3, origin: 1, id: .number(9), action: ["type": "increment"])
+        var untagged = message(record, previous: "prev-tag")
+        untagged.headers = nil
+        let otherKey = (try? LogKeys.parse(Array("another-key-another-key-another-key!".utf8), source: "t").get()) ?? .unauthenticated
+        var garbage = message(record, previous: "prev-tag")
+        garbage.payload = Array("oops".utf8)
+        let cases: [(NATSMessage, String)] = [
+            (untagged, "no StoreSync-Auth tag"),
+            (message(record, previous: "prev-tag", keys: otherKey), "does not verify"),
+            (message(record, previous: "another-previous"), "does not verify"),
+            (message(LogRecord(seq: 4, origin: 1, id: .number(9), action: ["type": "increment"]), previous: "prev-tag"), "names action seq 4"),
+            (message(record, previous: "prev-tag", history: "h2"), "does not verify"),
+            (message(record, previous: "prev-tag", subject: names.genesis), "not on storesync.ledger.actions"),
+            (garbage, "is not a record"),
+            (message(record, previous: "prev-tag", keys: .unauthenticated), "does not verify"),
+        ]
+        for (message, reason) in cases {
+            guard case .failure(let error) = check(message) else {
+                Issue.record("accepted: \(reason)")
+                continue
+            }
+            #expect(error.message.contains(reason), "\(error.message)")
+        }
+    }
+
+    @Test("keys: at least 32 bytes each, the first signs, every one verifies (rotation)")
+    func keyFiles() throws {
+        let old = "old-key-old-key-old-key-old-key-old-key", new = "new-key-new-key-new-key-new-key-new-key"
+        let before = try LogKeys.parse(Array("\(old)\n".utf8), source: "f").get()
+        let during = try LogKeys.parse(Array("# rotating\n\(old)\n\(new)\n".utf8), source: "f").get()
+        let after = try LogKeys.parse(Array("\(new)\n\(old)\n".utf8), source: "f").get()
+        let subject = LogKeys.Subject.record(history: "h", seq: 1, previous: "", body: Array("{}".utf8))
+        #expect(during.isValid(before.tag(subject), for: subject))
+        #expect(before.isValid(during.tag(subject), for: subject), "the old key still signs while the new one is added")
+        #expect(during.isValid(after.tag(subject), for: subject), "the new key signs once first")
+        #expect(!before.isValid(after.tag(subject), for: subject))
+        guard case .failure(let short) = LogKeys.parse(Array("too-short\n".utf8), source: "f") else {
+            Issue.record("a short key was accepted")
+            return
+        }
+        #expect(short.message.contains("at least 32 bytes"))
+        guard case .failure(let empty) = LogKeys.parse(Array("# none\n\n".utf8), source: "f") else {
+            Issue.record("a file without a key was accepted")
+            return
+        }
+        #expect(empty.message.contains("holds no key"))
+        #expect(!LogKeys.unauthenticated.isValid("hmac-sha256:00000000:00", for: subject))
+        #expect(!before.isValid("hmac-sha256:zz:" + String(repeating: "0", count: 64), for: subject))
     }
 
     @Test("negative, fractional and huge numbers from NATS read as absent, never trap")

@@ -6,6 +6,7 @@ import Darwin
 #endif
 import BuiltinApps
 import NATSClient
+import StoreHub
 import StoreSyncTesting
 import SyncPOSIX
 import SyncProtocol
@@ -31,11 +32,22 @@ struct SharedHubs {
         "nats://" + (servers ?? nats).map(\.address).joined(separator: ",") + "/" + stream
     }
 
+    /// The key file every hub of the test shares (`--log-key-file`), written once.
+    var keyFile: String {
+        let path = fixture.directory + "/log-key"
+        if access(path, F_OK) != 0 {
+            let key = Array("test-log-key-\(stream)-0123456789abcdef0123456789".utf8) + [10]
+            _ = FileManager.default.createFile(atPath: path, contents: Data(key), attributes: [.posixPermissions: 0o600])
+        }
+        return path
+    }
+
     /// Starts hub `index` on the stream and waits until it serves.
     @discardableResult
     func start(_ index: Int, app: String = "json", log: String? = nil, extra: [String] = []) async throws -> ChildProcess {
         let socket = socket(index)
-        let hub = try fixture.spawn("hubd", ["--socket", socket, "--app", app, "--log", log ?? url()] + extra, name: "hub\(index)")
+        let hub = try fixture.spawn("hubd", ["--socket", socket, "--app", app, "--log", log ?? url(), "--log-key-file", keyFile] + extra,
+                                    name: "hub\(index)")
         try await waitUntil("hub \(index) to serve on \(socket); stderr: \(hub.errorLines.suffix(5))") {
             guard hub.isRunning else { throw HarnessError("hub \(index) exited: \(hub.errorLines.suffix(10))") }
             return (try? HubStatusProbe.status(socket)) != nil
@@ -318,28 +330,40 @@ extension MultiProcessTests {
             let connection = try NATSConnection.connect(servers: [nats.address], name: "test")
             defer { connection.close() }
             let info = try connection.jetStream("STREAM.INFO." + hubs.stream, nil)
-            var stored: [(subject: String, data: [UInt8])] = []
+            var stored: [(subject: String, data: [UInt8], headers: NATSHeaders?)] = []
             for seq in 1...4 {
                 let answer = try connection.jetStream("STREAM.MSG.GET." + hubs.stream, ["seq": JSON(seq)])
                 let message = try #require(answer["message"])
                 let data = try #require(message["data"]?.stringValue.flatMap { Data(base64Encoded: $0) })
-                stored.append((try #require(message["subject"]?.stringValue), [UInt8](data)))
+                let headers = message["hdrs"]?.stringValue.flatMap { Data(base64Encoded: $0) }.flatMap { NATSHeaders.decode([UInt8]($0)[...]) }
+                stored.append((try #require(message["subject"]?.stringValue), [UInt8](data), headers))
             }
+            let history = try #require(try JSON(parsing: stored[0].data)["history"]?.stringValue)
             _ = try connection.jetStream("STREAM.DELETE." + hubs.stream, nil)
             _ = try connection.jetStream("STREAM.CREATE." + hubs.stream, info["config"])
+            // Records a hub holding the key wrote (the cluster lost the one the hub applied):
+            // seq 3 with another action, and a seq 4 on it.
+            let keys = try LogKeys.parse(Array(try String(contentsOfFile: hubs.keyFile, encoding: .utf8).utf8), source: "test").get()
+            let tagHeader = "StoreSync-Auth"
             guard case .object(var third) = try JSON(parsing: stored[3].data) else { throw HarnessError("record 3 is not an object") }
             third["action"] = setAction("/n", 30)
             stored[3].data = JSON.object(third).canonicalBytes
+            let secondTag = try #require(stored[2].headers?[tagHeader])
+            let thirdTag = keys.tag(.record(history: history, seq: 3, previous: secondTag, body: stored[3].data))
+            stored[3].headers = NATSHeaders([(tagHeader, thirdTag)])
             var fourth = third
             fourth["seq"] = 4
             fourth["id"] = "other-4"
             fourth["action"] = setAction("/m", 4)
-            for (index, (subject, data)) in stored.enumerated() {
-                _ = try connection.request(subject, payload: data, headers: NATSHeaders([("Nats-Expected-Last-Sequence", String(index))]))
+            let fourthBody = JSON.object(fourth).canonicalBytes
+            for (index, (subject, data, headers)) in stored.enumerated() {
+                var fields = (headers?.fields ?? []).filter { $0.name == tagHeader }
+                fields.append(("Nats-Expected-Last-Sequence", String(index)))
+                _ = try connection.request(subject, payload: data, headers: NATSHeaders(fields))
             }
-            let previous = Digest.hex(Digest.fnv1a64(stored[3].data))
-            _ = try connection.request(stored[3].subject, payload: JSON.object(fourth).canonicalBytes,
-                                       headers: NATSHeaders([("Nats-Expected-Last-Sequence", "4"), ("StoreSync-Prev", previous)]))
+            _ = try connection.request(stored[3].subject, payload: fourthBody,
+                                       headers: NATSHeaders([("Nats-Expected-Last-Sequence", "4"),
+                                                             (tagHeader, keys.tag(.record(history: history, seq: 4, previous: thirdTag, body: fourthBody)))]))
             hub.signal(SIGCONT)
 
             #expect(try await hub.waitForExit(timeout: .seconds(60)) == 3)
@@ -364,7 +388,7 @@ extension MultiProcessTests {
             try await nats.start()
             let hubs = SharedHubs(fixture: fixture, nats: [nats])
             try await hubs.start(0)
-            let other = try fixture.spawn("hubd", ["--socket", hubs.socket(1), "--app", "counter", "--log", hubs.url()])
+            let other = try fixture.spawn("hubd", ["--socket", hubs.socket(1), "--app", "counter", "--log", hubs.url(), "--log-key-file", hubs.keyFile])
             #expect(try await other.waitForExit() == 4)
             #expect(other.errorLines.contains { $0.contains("app-mismatch") }, "\(other.errorLines)")
         }

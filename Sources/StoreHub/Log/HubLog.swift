@@ -134,6 +134,46 @@ package enum LogEvent: Equatable {
     case broken(StorageError)
     /// The answer to ``HubLog/requestReplicaIDs(from:count:)``.
     case replicaIDs(Result<Range<Int>, StorageError>)
+    /// Where the records up to `position.seq` (just reported `appended` or `accepted`) end in
+    /// a shared log, and the tag the next record chains on: kept with a snapshot at that seq,
+    /// so that reading the log goes on from there. A file log reports none.
+    case position(LogPosition)
+}
+
+/// Where a shared log's reading goes on after a record: the record's stream sequence and its
+/// tag (``LogKeys``), for the action seq it ends at.
+package struct LogPosition: Sendable, Equatable {
+    /// The action seq of the record.
+    package var seq: UInt64
+    /// Its stream sequence.
+    package var streamSeq: UInt64
+    /// Its tag: the next valid record is tagged on it ("" before the first record).
+    package var tag: String
+
+    /// Creates a position.
+    ///
+    /// - Parameters:
+    ///   - seq: The action seq of the record.
+    ///   - streamSeq: Its stream sequence.
+    ///   - tag: Its tag.
+    package init(seq: UInt64, streamSeq: UInt64, tag: String) {
+        self.seq = seq
+        self.streamSeq = streamSeq
+        self.tag = tag
+    }
+
+    /// The body member: `{"seq":…,"stream_seq":…,"tag":…}`.
+    package var json: JSON { ["seq": JSON(seq), "stream_seq": JSON(streamSeq), "tag": .string(tag)] }
+
+    /// Reads a body member, never trapping on what another process wrote.
+    ///
+    /// - Parameter json: The member.
+    /// - Returns: The position, or `nil` when it is malformed.
+    package init?(json: JSON?) {
+        guard let json, let seq = json["seq"]?.uint64Value, let streamSeq = json["stream_seq"]?.uint64Value,
+              let tag = json["tag"]?.stringValue, tag.utf8.count <= 256 else { return nil }
+        self.init(seq: seq, streamSeq: streamSeq, tag: tag)
+    }
 }
 
 /// What a log starts from.
@@ -156,6 +196,8 @@ package struct LogStart {
     package var largestOrigin: Int = 0
     /// Every replica id below this may have been handed out (0: nothing known).
     package var replicaLease: Int = 0
+    /// On a shared log: where the last record read at start ends in the stream.
+    package var position: LogPosition?
 
     package init(history: String) { self.history = history }
 }
@@ -173,19 +215,26 @@ package struct StoredSnapshot: Sendable, Equatable {
     /// The session table (``SessionTable/json``) as of `seq`; `nil` in snapshots written
     /// before sessions existed.
     package var sessions: JSON? = nil
+    /// On a shared log: where reading goes on after `seq` (``LogPosition``). A snapshot of a
+    /// shared log without it is not started from.
+    package var position: LogPosition? = nil
 
-    package init(seq: UInt64, digest: String, state: JSON, nextReplica: Int, sessions: JSON? = nil) {
+    package init(seq: UInt64, digest: String, state: JSON, nextReplica: Int, sessions: JSON? = nil,
+                 position: LogPosition? = nil) {
         self.seq = seq
         self.digest = digest
         self.state = state
         self.nextReplica = nextReplica
         self.sessions = sessions
+        self.position = position
     }
 
     /// The canonical body: `{"digest":…,"next_replica":…,"seq":…,"sessions":…,"state":…}`.
     package var body: JSON {
-        ["seq": JSON(seq), "digest": .string(digest), "state": state, "next_replica": JSON(nextReplica),
-         "sessions": sessions ?? [:]]
+        var members: [JSONKey: JSON] = ["seq": JSON(seq), "digest": .string(digest), "state": state,
+                                        "next_replica": JSON(nextReplica), "sessions": sessions ?? [:]]
+        if let position, position.seq == seq { members["log_position"] = position.json }
+        return .object(members)
     }
 
     /// Reads a snapshot body, checking the state's digest.
@@ -202,7 +251,8 @@ package struct StoredSnapshot: Sendable, Equatable {
             return .failure(StorageError("the state's digest is \(actual), the snapshot says \(digest)"))
         }
         return .success(StoredSnapshot(seq: UInt64(seq), digest: digest, state: state, nextReplica: next,
-                                       sessions: json["sessions"]))
+                                       sessions: json["sessions"],
+                                       position: LogPosition(json: json["log_position"]).flatMap { $0.seq == UInt64(seq) ? $0 : nil }))
     }
 }
 

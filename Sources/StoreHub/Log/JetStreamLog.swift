@@ -15,21 +15,28 @@ import Synchronization
 /// A log shared by hubs on several hosts: a NATS JetStream stream.
 ///
 /// **The stream.** `STREAM` holds the subjects `storesync.STREAM.genesis` (one record, the
-/// first: `{"app":FINGERPRINT,"format":1,"history":ID}`) and `storesync.STREAM.actions` (every
-/// action, as ``LogRecord``'s canonical body). Stream sequence `1 + N` holds action seq `N`: the
-/// genesis is seq 0, so the stream's sequence is the hub's seq shifted by one. A companion
-/// stream `STREAM_META` holds `storesync.STREAM.meta.lease` (the replica-id lease, changed by
-/// compare-and-set on the subject's last sequence), `…meta.chunks` and `…meta.head` (shared
-/// snapshots: the state's body in chunks, then a head naming them).
+/// first: `{"app":FINGERPRINT,"auth":…,"format":2,"history":ID}`, tagged) and
+/// `storesync.STREAM.actions` (every action, as ``LogRecord``'s canonical body, with its tag in
+/// the `StoreSync-Auth` header). A companion stream `STREAM_META` holds
+/// `storesync.STREAM.meta.lease` (the replica-id lease, changed by compare-and-set on the
+/// subject's last sequence), `…meta.chunks` and `…meta.head` (shared snapshots: the state's
+/// body in chunks, then a tagged head naming them and their SHA-256).
+///
+/// **Valid records.** A message is a record of the history only if it is the valid next one
+/// (``validRecord(_:names:keys:history:next:previousTag:)``): on the actions subject, the next
+/// action seq, tagged under the hubs' key (``LogKeys``) on the tag of the last valid record.
+/// Every other message is skipped by every hub alike, so action seqs count valid records only
+/// and run behind stream sequences; a snapshot keeps where its seq ends in the stream
+/// (``LogPosition``), and reading goes on from there.
 ///
 /// **Writing.** A proposal is published with `Nats-Msg-Id` derived from (session, dispatch id)
-/// (or unique per hub for a dispatch without a session), never from seq, and
-/// `Nats-Expected-Last-Sequence` = the stream sequence it must follow; a proposal pipelined
-/// right after another also carries `Nats-Expected-Last-Msg-Id` = that one's id, so it can
-/// never land after another writer's record. The publish acknowledgement only tells refusals
-/// (`conflict`: another writer got there first; the hub catches up and judges again); the
-/// record counts once **read back from the stream**, by the consumer every hub runs, which
-/// reports every record in stream order (`appended`), whichever hub wrote it.
+/// and the place it is meant for (or unique per hub for a dispatch without a session), and
+/// `Nats-Expected-Last-Sequence` = the stream sequence it must follow. A proposal pipelined
+/// after another is tagged on that one: stored anywhere else (after another writer's record)
+/// it is not valid, and skipped. The publish acknowledgement only tells refusals (`conflict`:
+/// another writer got there first; the hub catches up and judges again); the record counts
+/// once **read back from the stream**, by the consumer every hub runs, which reports every
+/// valid record in stream order (`appended`), whichever hub wrote it.
 ///
 /// **Outages.** When the connection drops, or an acknowledgement does not come, proposals in
 /// flight are `inDoubt`; the worker reconnects (the servers in turn, with backoff), reads the
@@ -154,6 +161,14 @@ package final class JetStreamLog: HubLog {
         max(1, info["state"]?["last_seq"]?.uint64Value ?? 1) - 1
     }
 
+    /// The stream sequence of a `STREAM.INFO` answer's last message (0 for an empty stream).
+    ///
+    /// - Parameter info: The answer.
+    /// - Returns: The stream's last sequence.
+    package static func lastStreamSeq(in info: JSON) -> UInt64 {
+        info["state"]?["last_seq"]?.uint64Value ?? 0
+    }
+
     /// The oldest nats-server release a hub runs on. Older releases lose acknowledged records,
     /// or truncate a stream without a quorum, around leader changes (the Raft fixes of 2.9.15,
     /// 2.10.23); docs/OPERATIONS.md §20 lists what each supported release promises.
@@ -218,8 +233,8 @@ package final class JetStreamLog: HubLog {
         }
         do throws(StorageError) {
             let (history, start) = try prepare(connection)
-            worker.start(connection: connection, history: history, next: start.records.last.map { $0.seq + 1 }
-                         ?? (start.snapshot?.seq ?? 0) + 1)
+            let position = start.position ?? LogPosition(seq: 0, streamSeq: 1, tag: "")
+            worker.start(connection: connection, history: history, next: position.seq + 1, position: position)
             started = true
             return start
         } catch {
@@ -252,8 +267,11 @@ package final class JetStreamLog: HubLog {
                 let local = try LocalSnapshots(directory: directory, fingerprint: fingerprint, history: history,
                                                log: configuration.redacted)
                 localSnapshots = local
-                start.snapshot = local.newest
-                if let snapshot = local.newest { start.sources.append(local.path(of: snapshot.seq)) }
+                // Only a snapshot that says where it is in the stream can be gone on from.
+                if let snapshot = local.newest, snapshot.position != nil {
+                    start.snapshot = snapshot
+                    start.sources.append(local.path(of: snapshot.seq))
+                }
             }
             if let shared = try readSharedSnapshot(connection, history: history),
                shared.seq > (start.snapshot?.seq ?? 0) {
@@ -261,21 +279,28 @@ package final class JetStreamLog: HubLog {
                 start.sources.append("the shared snapshot at seq \(shared.seq)")
             }
             start.replicaLease = try readLease(connection).below
-            let from = (start.snapshot?.seq ?? 0) + 1
+            // After the snapshot, or after the genesis (stream seq 1) without one.
+            let from = start.snapshot?.position ?? LogPosition(seq: 0, streamSeq: 1, tag: "")
+            start.position = from
             let info = try connection.jetStream("STREAM.INFO." + names.stream, nil)
             if Self.isLeaderlessAnswer(info) {
                 var failure = StorageError("the stream \(names.stream) has no leader now (its servers are electing one); NATS answers from one server's own copy then, which may be behind or ahead of the stream")
                 failure.isTransient = true
                 throw failure
             }
-            let last = Self.lastActionSeq(in: info)
-            if from <= last {
-                // The actions after the snapshot must all still be in the stream.
-                let firstAction = try firstActionSeq(connection)
-                if let firstAction, firstAction > from {
-                    throw StorageError("the stream \(names.stream) starts at action \(firstAction) (it was trimmed), and this hub's newest snapshot is at seq \(from - 1); actions \(from)…\(firstAction - 1) are gone. Start the hub where a shared snapshot covers them, or restore the stream", isDataProblem: true)
+            let last = Self.lastStreamSeq(in: info)
+            if from.streamSeq < last {
+                // The messages after the snapshot's must all still be in the stream.
+                let firstAction = try firstActionStreamSeq(connection)
+                if let firstAction, firstAction > from.streamSeq + 1 {
+                    throw StorageError("the stream \(names.stream) starts at stream seq \(firstAction) (it was trimmed), and this hub's newest snapshot (seq \(from.seq)) ends at stream seq \(from.streamSeq); the messages between are gone. Start the hub where a shared snapshot covers them, or restore the stream", isDataProblem: true)
                 }
-                start.records = try readRecords(connection, from: from, through: last)
+                let read = try readRecords(connection, after: from, through: last, history: history)
+                start.records = read.records
+                start.position = read.position
+                if read.skipped > 0 {
+                    start.warnings.append("\(read.skipped) message\(read.skipped == 1 ? "" : "s") of the stream \(names.stream) after stream seq \(from.streamSeq) \(read.skipped == 1 ? "is" : "are") not a valid record of this history and \(read.skipped == 1 ? "was" : "were") skipped, as every hub skips them")
+                }
             }
             start.largestOrigin = start.records.map(\.origin).max() ?? 0
             return (history, start)
@@ -322,9 +347,12 @@ package final class JetStreamLog: HubLog {
         if let existing = try lastMessage(connection, stream: names.stream, subject: names.genesis) {
             return try checkedGenesis(existing)
         }
-        let genesis: JSON = ["app": .string(fingerprint), "format": 1,
+        let keys = configuration.keys
+        let genesis: JSON = ["app": .string(fingerprint), "format": JSON(Self.streamFormat),
+                             "auth": .string(keys.isAuthenticated ? "hmac-sha256" : "sha256"),
                              "history": .string(Digest.hex(UInt64.random(in: 0...UInt64.max)))]
-        let headers = NATSHeaders([("Nats-Msg-Id", "storesync-genesis"), ("Nats-Expected-Last-Sequence", "0")])
+        let headers = NATSHeaders([("Nats-Msg-Id", "storesync-genesis"), ("Nats-Expected-Last-Sequence", "0"),
+                                   (State.tagHeader, keys.tag(.genesis(body: genesis.canonicalBytes)))])
         _ = try connection.request(names.genesis, payload: genesis.canonicalBytes, headers: headers)
         guard let stored = try lastMessage(connection, stream: names.stream, subject: names.genesis) else {
             throw StorageError("the stream \(names.stream) is not empty but has no StoreSync genesis record; it was not created by a StoreSync hub — use another stream name", isDataProblem: true)
@@ -332,9 +360,27 @@ package final class JetStreamLog: HubLog {
         return try checkedGenesis(stored)
     }
 
+    /// The format of the streams this hub writes: 2, every record tagged (``LogKeys``).
+    static let streamFormat = 2
+
     private func checkedGenesis(_ stored: Stored) throws(StorageError) -> JSON {
         guard stored.seq == 1, let json = try? JSON(parsing: stored.data) else {
             throw StorageError("the stream \(names.stream)'s genesis record is at stream sequence \(stored.seq), not 1, or unreadable; the stream was not created by a StoreSync hub — use another stream name", isDataProblem: true)
+        }
+        guard json["format"]?.intValue == Self.streamFormat else {
+            throw StorageError("the stream \(names.stream) was created by a StoreSync hub whose records are not authenticated (stream format \(json["format"]?.intValue ?? 0), this hub writes format \(Self.streamFormat)); start every hub on a new stream name and carry the state over (docs/OPERATIONS.md §14)", isDataProblem: true)
+        }
+        let keys = configuration.keys
+        let tag = stored.headers?[State.tagHeader] ?? ""
+        let keyed = LogKeys.isKeyed(tag)
+        if keyed, !keys.isAuthenticated {
+            throw StorageError("the stream \(names.stream)'s records are authenticated, and this hub has no key: give it the stream's key (--log-key-file FILE, or the systemd credential storesync-log-key); docs/OPERATIONS.md §20", isDataProblem: true)
+        }
+        if !keyed, keys.isAuthenticated {
+            throw StorageError("the stream \(names.stream) was created without a key (--log-unauthenticated): anyone who can publish to it can forge its records. Start the hubs on a new stream with the key, or run this hub with --log-unauthenticated too", isDataProblem: true)
+        }
+        guard keys.isValid(tag, for: .genesis(body: stored.data)) else {
+            throw StorageError("this hub's key does not verify the stream \(names.stream)'s genesis record (it names key \(ControlCharacters.escaped(String(tag.split(separator: ":").dropFirst().first ?? "?")))): every hub of a stream needs the same key (docs/OPERATIONS.md §20)", isDataProblem: true)
         }
         return json
     }
@@ -363,52 +409,75 @@ package final class JetStreamLog: HubLog {
         return Stored(seq: seq, data: data, headers: headers)
     }
 
-    private func firstActionSeq(_ connection: NATSConnection) throws(NATSError) -> UInt64? {
+    /// The stream sequence of the first message on the actions subject, if any.
+    private func firstActionStreamSeq(_ connection: NATSConnection) throws(NATSError) -> UInt64? {
         guard let first = try getMessage(connection, stream: names.stream, body: ["seq": 1, "next_by_subj": .string(names.actions)]),
               first.seq >= 2 else {
             // None, or an answer that puts an action at or before the genesis: nothing to say.
             return nil
         }
-        return first.seq - 1
+        return first.seq
     }
 
-    /// Reads the records `from…through` with a temporary consumer.
-    private func readRecords(_ connection: NATSConnection, from: UInt64, through: UInt64) throws -> [LogRecord] {
+    /// Reads the messages after `from` through stream seq `through` with a temporary consumer,
+    /// keeping the valid records (``validRecord(_:names:keys:history:next:previousTag:)``) and
+    /// skipping the rest, as every hub does.
+    ///
+    /// - Returns: The records, where the last one ends, and how many messages were skipped.
+    private func readRecords(_ connection: NATSConnection, after from: LogPosition, through: UInt64,
+                             history: String) throws -> (records: [LogRecord], position: LogPosition, skipped: Int) {
         var records: [LogRecord] = []
-        records.reserveCapacity(Int(min(through - from + 1, 1 << 20)))
+        records.reserveCapacity(Int(min(through - from.streamSeq, 1 << 20)))
+        var position = from
+        var streamNext = from.streamSeq + 1
+        var skipped = 0
         let deliver = connection.newInbox()
         let sid = connection.subscribe(deliver)
         defer { connection.unsubscribe(sid) }
+        // Every subject: a message another client published on the genesis subject is a
+        // message of the stream like any, skipped as not a record (a filter would leave a gap).
         let config: JSON = ["stream_name": .string(names.stream), "config": [
-            "deliver_subject": .string(deliver), "deliver_policy": "by_start_sequence", "opt_start_seq": JSON(from + 1),
+            "deliver_subject": .string(deliver), "deliver_policy": "by_start_sequence", "opt_start_seq": JSON(streamNext),
             "ack_policy": "none", "flow_control": true, "idle_heartbeat": 1_000_000_000,
-            "filter_subject": .string(names.actions), "inactive_threshold": 5_000_000_000,
+            "inactive_threshold": 5_000_000_000,
         ]]
         _ = try connection.jetStream("CONSUMER.CREATE." + names.stream, config)
         var idle = ContinuousClock.now
-        while records.count < Int(through - from + 1) {
+        while streamNext <= through {
             let messages = try connection.read(timeoutMilliseconds: 200)
             if messages.isEmpty, ContinuousClock.now - idle > .seconds(10) {
-                var stalled = StorageError("the stream \(names.stream) stopped delivering at seq \(from + UInt64(records.count)) of \(through)")
+                var stalled = StorageError("the stream \(names.stream) stopped delivering at stream seq \(streamNext) of \(through)")
                 stalled.isTransient = true
                 throw stalled
             }
             for message in messages where message.sid == sid {
-                if let reply = Self.controlReplies(message, deliverSubject: deliver) {
-                    for subject in reply { connection.publish(subject, payload: []) }
+                if let replies = Self.controlReplies(message, deliverSubject: deliver) {
+                    for reply in replies { connection.publish(reply, payload: []) }
                     continue
                 }
-                guard let record = try Self.record(from: message, names: names) else { continue }
-                guard record.seq == from + UInt64(records.count) else {
-                    throw StorageError("the stream \(names.stream) delivered seq \(record.seq) where seq \(from + UInt64(records.count)) was expected; actions are missing from the stream", isDataProblem: true)
+                guard let ack = message.reply.flatMap(JetStreamAckSubject.init), ack.stream == names.stream else { continue }
+                if ack.streamSequence < streamNext { continue }
+                guard ack.streamSequence == streamNext else {
+                    throw StorageError("the stream \(names.stream) delivered stream seq \(ack.streamSequence) where stream seq \(streamNext) was expected; messages are missing from the stream", isDataProblem: true)
                 }
-                records.append(record)
-                // Progress is a record, not a heartbeat: a consumer that only beats is stuck.
+                switch Self.validRecord(message, names: names, keys: configuration.keys, history: history,
+                                        next: position.seq + 1, previousTag: position.tag) {
+                case .success(let record):
+                    records.append(record)
+                    position = LogPosition(seq: record.seq, streamSeq: streamNext, tag: message.headers?[JetStreamLog.State.tagHeader] ?? "")
+                case .failure(let reason):
+                    skipped += 1
+                    if skipped <= 20 {
+                        note("hubd: warning: skipped stream seq \(streamNext) of \(names.stream): \(reason.message); every hub of the stream skips it alike")
+                    }
+                }
+                streamNext += 1
+                // Progress is a message, not a heartbeat: a consumer that only beats is stuck.
                 idle = .now
             }
             try connection.flush()
         }
-        return records
+        return (records, position, skipped)
     }
 
     /// Whether a message on a consumer's subscription is one of JetStream's own (an idle
@@ -435,40 +504,71 @@ package final class JetStreamLog: HubLog {
         return replies
     }
 
-    /// A delivered message as a record, checked against its stream sequence.
-    static func record(from message: NATSMessage, names: Names) throws(StorageError) -> LogRecord? {
-        guard message.subject == names.actions, let reply = message.reply else { return nil }
-        // Either form of JetStream's acknowledgement subject (v1, or v2 with a domain).
-        guard let ack = JetStreamAckSubject(reply), ack.stream == names.stream, ack.streamSequence >= 1 else {
-            throw StorageError("a delivery from \(names.stream) without a stream sequence")
+    /// The record a message holds, if it is the valid next record of the history: published on
+    /// the actions subject, with a record body of seq `next`, tagged under `keys` on
+    /// `previousTag` (the tag of the last valid record). Anything else (another client's
+    /// message, a forged or damaged record, a copy of an old one, a hub's proposal stored after
+    /// another record than the one it was proposed on) is skipped by every hub alike: validity
+    /// depends on the stream's contents and the key only.
+    ///
+    /// - Parameters:
+    ///   - message: A message of the stream.
+    ///   - names: The stream's names.
+    ///   - keys: The log's keys.
+    ///   - history: The history id.
+    ///   - next: The action seq the next valid record has.
+    ///   - previousTag: The tag of the last valid record ("" before the first).
+    /// - Returns: The record, or why the message is not one (text from the message escaped).
+    static func validRecord(_ message: NATSMessage, names: Names, keys: LogKeys, history: String, next: UInt64,
+                            previousTag: String) -> Result<LogRecord, StorageError> {
+        guard message.subject == names.actions else {
+            return .failure(StorageError("it was published on \(ControlCharacters.escaped(String(message.subject.prefix(200)))), not on \(names.actions)"))
         }
-        let streamSeq = ack.streamSequence
+        guard let tag = message.headers?[State.tagHeader] else {
+            return .failure(StorageError("it carries no \(State.tagHeader) tag: no hub of this stream wrote it"))
+        }
         let read = message.payload.withUnsafeBytes { LogRecord(canonicalBody: $0) }
             ?? (try? JSON(parsing: message.payload)).flatMap { LogRecord(json: $0) }
-        guard let record = read, record.seq == streamSeq - 1 else {
-            throw StorageError("stream sequence \(streamSeq) of \(names.stream) does not hold action seq \(streamSeq - 1): the stream was written by something other than a StoreSync hub", isDataProblem: true)
+        guard let record = read else {
+            return .failure(StorageError("its body (\(message.payload.count) bytes) is not a record"))
         }
-        return record
+        guard record.seq == next else {
+            return .failure(StorageError("it names action seq \(record.seq), where the next record is seq \(next)"))
+        }
+        guard keys.isValid(tag, for: .record(history: history, seq: next, previous: previousTag, body: message.payload)) else {
+            return .failure(StorageError("its tag does not verify under this hub's key: forged, written with another key, or proposed on another record than the last valid one"))
+        }
+        return .success(record)
     }
 
     private func readSharedSnapshot(_ connection: NATSConnection, history: String) throws(NATSError) -> StoredSnapshot? {
         guard let head = try lastMessage(connection, stream: names.meta, subject: names.head),
               let json = try? JSON(parsing: head.data), json["history"]?.stringValue == history,
               let seq = json["seq"]?.uint64Value, let chunks = json["chunks"]?.intValue, let first = json["first"]?.uint64Value,
-              (1...(1 << 20)).contains(chunks), let tag = json["tag"]?.stringValue else { return nil }
+              (1...(1 << 20)).contains(chunks), let tag = json["tag"]?.stringValue,
+              let content = json["content"]?.stringValue else { return nil }
+        // The head is tagged like a record: only a hub holding the key wrote it.
+        guard configuration.keys.isValid(head.headers?[State.tagHeader] ?? "", for: .snapshotHead(body: head.data, contentDigest: [])) else {
+            note("hubd: warning: the shared snapshot head at seq \(seq) does not verify under this hub's key (not written by a hub of this stream); starting without it")
+            return nil
+        }
         var body: [UInt8] = []
         var position = first
         var found = 0
+        // Messages of other writers between the chunks are passed over, within a bound.
+        var reads = 0
         while found < chunks {
-            guard let chunk = try getMessage(connection, stream: names.meta,
+            reads += 1
+            guard reads <= chunks * 2 + 1_000,
+                  let chunk = try getMessage(connection, stream: names.meta,
                                              body: ["seq": JSON(position), "next_by_subj": .string(names.chunks)]) else { return nil }
             position = chunk.seq + 1
             guard chunk.headers?["StoreSync-Snapshot"] == tag else { continue }
             body.append(contentsOf: chunk.data)
             found += 1
         }
-        guard let parsed = try? JSON(parsing: body), case .success(let snapshot) = StoredSnapshot.read(parsed),
-              snapshot.seq == seq else {
+        guard SHA256.hex(SHA256.hash(body)) == content, let parsed = try? JSON(parsing: body),
+              case .success(let snapshot) = StoredSnapshot.read(parsed), snapshot.seq == seq, snapshot.position != nil else {
             note("hubd: warning: the shared snapshot at seq \(seq) is damaged; starting from an older one")
             return nil
         }

@@ -31,10 +31,14 @@ extension JetStreamLog {
     struct Facts: Sendable {
         var connected = false
         var server = ""
-        /// The hub seq of the newest record the stream holds, as last seen.
+        /// The stream sequence of the stream's last message, as last seen.
         var streamLast: UInt64 = 0
         /// The hub seq of the newest record read back from the stream.
         var readSeq: UInt64 = 0
+        /// The stream sequence of the last message read (valid or skipped).
+        var streamRead: UInt64 = 0
+        /// Messages skipped as not valid records of this history.
+        var skipped = 0
         var sharedSnapshotSeq: UInt64 = 0
         /// The hub seq of the oldest action the stream still holds (0: none yet).
         var firstSeq: UInt64 = 0
@@ -112,8 +116,8 @@ extension JetStreamLog {
         /// Starts the worker thread on an open connection, reading the stream from hub seq `next`.
         /// The chain check (``State/lastReadHash``) starts with the first record it reads: only
         /// bytes read from the stream are hashed.
-        func start(connection: NATSConnection, history: String, next: UInt64) {
-            let state = State(configuration: configuration, names: names, history: history, next: next, worker: self)
+        func start(connection: NATSConnection, history: String, next: UInt64, position: LogPosition) {
+            let state = State(configuration: configuration, names: names, history: history, next: next, position: position, worker: self)
             state.adopt(connection)
             let box = StateBox(state)
             running.store(true, ordering: .releasing)
@@ -158,8 +162,13 @@ extension JetStreamLog {
             let facts = self.facts
             return ["kind": "nats", "servers": .array(configuration.servers.map { .string($0) }),
                     "stream": .string(names.stream), "server": .string(facts.server),
-                    "connected": .bool(facts.connected), "last_seq": JSON(facts.streamLast),
+                    // The hub seq the stream ends at, as far as read: what was read, plus the
+                    // messages after it (each a record, unless it will be skipped).
+                    "connected": .bool(facts.connected),
+                    "last_seq": JSON(facts.readSeq + (facts.streamLast > facts.streamRead ? facts.streamLast - facts.streamRead : 0)),
                     "first_seq": JSON(facts.firstSeq), "read_seq": JSON(facts.readSeq),
+                    "stream_last_seq": JSON(facts.streamLast), "stream_read_seq": JSON(facts.streamRead),
+                    "skipped": JSON(facts.skipped), "authenticated": .bool(configuration.keys.isAuthenticated),
                     "shared_snapshot_seq": JSON(facts.sharedSnapshotSeq), "in_doubt": .bool(facts.inDoubt)]
         }
 
@@ -235,12 +244,11 @@ extension JetStreamLog {
             let record: LogRecord
             let payload: [UInt8]
             let msgID: String
-            /// The expectations it was sent with.
-            let expectedLast: UInt64
-            let expectedID: String?
-            /// The `StoreSync-Prev` it carries: the hash of the record it follows, as this hub
-            /// has it (`nil`: unknown, e.g. right after starting from a snapshot).
-            var previousHash: String?
+            /// The stream sequence the stream must end at for it to be stored
+            /// (`Nats-Expected-Last-Sequence`): it is meant for `expectedStream + 1`.
+            let expectedStream: UInt64
+            /// Its tag (``LogKeys``): valid only right after the record it was proposed on.
+            let tag: String
             var ackSubject = ""
             /// The number ending `ackSubject`.
             var ackNumber = 0
@@ -267,14 +275,26 @@ extension JetStreamLog {
         var ackCounter = 0
         /// The hub seq of the next record the consumer must deliver.
         var next: UInt64
-        /// The chain check: the hash (``Digest/fnv1a64(_:)`` of the stored bytes, in hex) of
-        /// the record at hub seq `next - 1` as this hub applied it (`nil` until the worker has
-        /// read a record since it started: only bytes read from the stream are hashed). Every proposal carries the hash of the record
-        /// it follows as `StoreSync-Prev`; a delivered record whose `StoreSync-Prev` differs
-        /// was proposed on another history at `next - 1`, and the stream's leader decides which
-        /// (see ``chainBroken(_:)``). So does a check every ``chainCheckInterval``: a NATS
-        /// cluster that loses or replaces an acknowledged record after a server dies (or
-        /// delivered one it never committed) is found, never served as if nothing happened.
+        /// The stream sequence of the next message to read. Messages that are not valid
+        /// records of this history (no tag or a bad one, malformed, not right after the last
+        /// valid record) are skipped, by every hub alike, so it runs ahead of `next + 1`.
+        var streamNext: UInt64
+        /// The tag of the last valid record read ("" before the first): the next valid record
+        /// is tagged on it.
+        var lastTag: String
+        /// The stream sequence of the last valid record read (1, the genesis, before the first).
+        var lastValidStream: UInt64
+        /// How many messages were skipped as not valid records (for `status`).
+        var skipped = 0
+        /// The keys records are tagged with.
+        let keys: LogKeys
+        /// The divergence check: the hash (``Digest/fnv1a64(_:)`` of the stored bytes, in hex)
+        /// of the record at stream seq `lastValidStream` as this hub applied it (`nil` until the
+        /// worker has read a record since it started). Every ``chainCheckInterval`` it is
+        /// compared with the stream leader's copy: a NATS cluster that loses or replaces an
+        /// acknowledged record after a server dies (or delivered one it never committed) is
+        /// found, never served as if nothing happened. (Records proposed on another record
+        /// than the last valid one are not valid: ``validRecord(_:)``.)
         var lastReadHash: String?
         var lastChainCheck = ContinuousClock.now
         /// How often the record at `next - 1` is compared with the stream leader's copy.
@@ -292,8 +312,6 @@ extension JetStreamLog {
         var verifyUntil: ContinuousClock.Instant?
         /// How long records are checked after such an event.
         static let suspectWindow: Duration = .seconds(10)
-        /// The seq of the last record whose proposer forked, already reported (one warning each).
-        var reportedFork: UInt64?
         var pending: [Pending] = []
         /// The hub epoch whose proposals are being dropped (see `handle(.propose)`).
         var droppedEpoch: Int?
@@ -343,11 +361,16 @@ extension JetStreamLog {
         /// Silence from the consumer (no record, no heartbeat) that means it is gone.
         static let consumerSilence: Duration = .seconds(4)
 
-        init(configuration: SharedLogConfiguration, names: Names, history: String, next: UInt64, worker: Worker) {
+        init(configuration: SharedLogConfiguration, names: Names, history: String, next: UInt64, position: LogPosition,
+             worker: Worker) {
             self.configuration = configuration
             self.names = names
             self.history = history
             self.next = next
+            streamNext = position.streamSeq + 1
+            lastTag = position.tag
+            lastValidStream = position.streamSeq
+            keys = configuration.keys
             self.worker = worker
         }
 
@@ -371,13 +394,13 @@ extension JetStreamLog {
                     lost("the stream \(names.stream) has no leader now (its servers are electing one); asking again")
                     return
                 }
-                let last = JetStreamLog.lastActionSeq(in: info)
-                if last + 1 < next {
+                let last = JetStreamLog.lastStreamSeq(in: info)
+                if last + 1 < streamNext {
                     streamEnds(at: last, says: "the stream \(names.stream) says")
                     return
                 }
                 facts.streamLast = last
-                catchUpTarget = last >= next ? last : nil
+                catchUpTarget = last >= streamNext ? last : nil
                 refreshFirstSeq()
                 try connection.flush()
             } catch where error.kind == .api(code: 404, errCode: JetStreamErrorCode.streamNotFound) {
@@ -423,10 +446,10 @@ extension JetStreamLog {
                 guard held.isEmpty else { return }
                 let answer: JSON
                 do throws(NATSError) {
-                    answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(next + 1)])
+                    answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(streamNext)])
                 } catch where error.kind == .api(code: 404, errCode: JetStreamErrorCode.noMessageFound) {
                     // Not written yet, or this hub believes in records the stream does not hold.
-                    if facts.streamLast >= next { recheckStreamEnd() }
+                    if facts.streamLast >= streamNext { recheckStreamEnd() }
                     return
                 } catch {
                     lost(error.message)
@@ -439,9 +462,9 @@ extension JetStreamLog {
                 // The reply subject a push consumer would give it: the stream seq is read from it.
                 let reply = "$JS.ACK.\(names.stream).poll.1.\(seq).1.0.0"
                 lastDelivery = .now
-                let before = next
+                let before = streamNext
                 delivered(NATSMessage(subject: subject, sid: 0, reply: reply, headers: headers, payload: payload))
-                if next == before { return }
+                if streamNext == before { return }
             }
         }
 
@@ -454,9 +477,11 @@ extension JetStreamLog {
             deliverSubject = deliver
             consumerSID = connection.subscribe(deliver)
             let config: JSON = ["stream_name": .string(names.stream), "config": [
-                "deliver_subject": .string(deliver), "deliver_policy": "by_start_sequence", "opt_start_seq": JSON(next + 1),
+                "deliver_subject": .string(deliver), "deliver_policy": "by_start_sequence", "opt_start_seq": JSON(streamNext),
+                // Every subject: a message on another subject is skipped like any message that
+                // is not a valid record (a filter would leave gaps in the stream seqs).
                 "ack_policy": "none", "flow_control": true, "idle_heartbeat": 1_000_000_000,
-                "filter_subject": .string(names.actions), "inactive_threshold": 10_000_000_000,
+                "inactive_threshold": 10_000_000_000,
             ]]
             _ = try connection.jetStream("CONSUMER.CREATE." + names.stream, config)
             lastDelivery = .now
@@ -570,7 +595,7 @@ extension JetStreamLog {
 
         private func checkTimers() {
             let now = ContinuousClock.now
-            if facts.streamLast >= next {
+            if facts.streamLast >= streamNext {
                 if behindSince == nil { behindSince = now }
             } else {
                 behindSince = nil
@@ -620,7 +645,7 @@ extension JetStreamLog {
                 // sends none: its server's copy is behind the stream (seen after a NATS node
                 // died: a hub's acknowledged dispatch never came back, and went unanswered).
                 // Read them from the leader, record by record; a consumer is tried again in 5 s.
-                worker.note("hubd: the stream \(names.stream) holds action seq \(facts.streamLast), but its consumer sent nothing after seq \(next - 1) for \(Self.readStall); reading the stream record by record from its leader")
+                worker.note("hubd: the stream \(names.stream) holds stream seq \(facts.streamLast), but its consumer sent nothing after stream seq \(streamNext - 1) for \(Self.readStall); reading the stream record by record from its leader")
                 suspect()
                 if let connection, consumerSID != 0 { connection.unsubscribe(consumerSID) }
                 consumerSID = 0
@@ -648,6 +673,8 @@ extension JetStreamLog {
             if factsChanged {
                 factsChanged = false
                 facts.readSeq = next - 1
+                facts.streamRead = streamNext - 1
+                facts.skipped = skipped
                 facts.inDoubt = inDoubt
                 worker.publish(facts: facts, available: connection != nil && !inDoubt && catchUpTarget == nil)
             }
@@ -689,18 +716,25 @@ extension JetStreamLog {
                 }
                 var expected = expectingLast
                 for record in records {
-                    // Pipelined on the proposal sent right before it: that one must be the last
-                    // record in the stream (never on the first of a batch: after a server restart
-                    // the stream's last id may be forgotten).
-                    let previous = lastProposal.flatMap { $0.seq == expected ? $0.id : nil }
-                    var item = Pending(record: record, payload: record.body, msgID: msgID(for: record),
-                                       expectedLast: expected, expectedID: previous)
-                    item.epoch = epoch
+                    // What it follows: the last record read, or (pipelined) this hub's own
+                    // proposal of the seq before. Its tag chains on that one's, so stored
+                    // anywhere else (after another hub's record) it is not valid, and every
+                    // hub skips it: no Nats-Expected-Last-Msg-Id is needed (2.14+ wedge on it).
+                    let base: (stream: UInt64, tag: String)
                     if expected + 1 == next {
-                        item.previousHash = lastReadHash
+                        base = (streamNext - 1, lastTag)
                     } else if let before = pending.last(where: { $0.record.seq == expected }) {
-                        item.previousHash = Self.chainHash(before.payload)
+                        base = (before.expectedStream + 1, before.tag)
+                    } else {
+                        // Built on a record this worker neither read nor has in flight.
+                        droppedEpoch = epoch
+                        break
                     }
+                    let payload = record.body
+                    let tag = keys.tag(.record(history: history, seq: record.seq, previous: base.tag, body: payload))
+                    var item = Pending(record: record, payload: payload, msgID: msgID(for: record, at: base.stream),
+                                       expectedStream: base.stream, tag: tag)
+                    item.epoch = epoch
                     send(&item)
                     pending.append(item)
                     lastProposal = (record.seq, item.msgID)
@@ -715,7 +749,11 @@ extension JetStreamLog {
             }
         }
 
-        private func msgID(for record: LogRecord) -> String {
+        /// The `Nats-Msg-Id` of a proposal meant for stream seq `after + 1`: JetStream answers a
+        /// copy sent again with the same id (a proposal in doubt) `duplicate`. The place is part
+        /// of it: proposed again elsewhere, it is a new message (its first copy, stored at the
+        /// wrong place, was skipped as not valid there).
+        private func msgID(for record: LogRecord, at after: UInt64) -> String {
             guard let session = record.session else {
                 unsessioned += 1
                 return "u.\(runID).\(unsessioned)"
@@ -737,6 +775,8 @@ extension JetStreamLog {
                     id.append(hex.utf8Start[Int(byte & 0x0F)])
                 }
             }
+            id.append(UInt8(ascii: "."))
+            id.append(contentsOf: String(after).utf8)
             return String(decoding: id, as: UTF8.self)
         }
 
@@ -747,9 +787,8 @@ extension JetStreamLog {
             item.ackNumber = ackCounter
             item.sentAt = .now
             item.attempts += 1
-            var headers = NATSHeaders([("Nats-Msg-Id", item.msgID), ("Nats-Expected-Last-Sequence", String(item.expectedLast + 1))])
-            if let expectedID = item.expectedID { headers.fields.append(("Nats-Expected-Last-Msg-Id", expectedID)) }
-            if let previousHash = item.previousHash { headers.fields.append((Self.previousHeader, previousHash)) }
+            let headers = NATSHeaders([("Nats-Msg-Id", item.msgID), ("Nats-Expected-Last-Sequence", String(item.expectedStream)),
+                                       (Self.tagHeader, item.tag)])
             connection.publish(names.actions, reply: item.ackSubject, headers: headers, payload: item.payload)
         }
 
@@ -765,8 +804,8 @@ extension JetStreamLog {
                 if let replies = JetStreamLog.controlReplies(message, deliverSubject: deliverSubject) {
                     for reply in replies { connection?.publish(reply, payload: []) }
                     if let last = message.headers?["Nats-Last-Stream"].flatMap({ UInt64($0) }), last >= 1 {
-                        facts.streamLast = max(facts.streamLast, last - 1)
-                        if let target = catchUpTarget, next > target { catchUpTarget = nil }
+                        facts.streamLast = max(facts.streamLast, last)
+                        if let target = catchUpTarget, streamNext > target { catchUpTarget = nil }
                     }
                     return
                 }
@@ -781,64 +820,62 @@ extension JetStreamLog {
                 held.append(message)
                 return
             }
-            // The stream seq and how many records follow it (either form of the subject).
-            let ack = message.reply.flatMap(JetStreamAckSubject.init)
-            if let ack, ack.streamSequence >= 1 {
-                let (last, overflow) = (ack.streamSequence - 1).addingReportingOverflow(ack.pending)
-                if !overflow { facts.streamLast = max(facts.streamLast, last) }
-            }
-            // This hub's own oldest proposal read back: the same bytes at its seq. It is
-            // applied from the hub's copy, so the record is not decoded again.
-            if let first = pending.first, let ack, ack.streamSequence == first.record.seq + 1,
-               first.record.seq == next, message.subject == names.actions, message.payload == first.payload {
-                guard mayApply(first, delivered: message), !chainBroken(message) else { return }
-                lastReadHash = Self.chainHash(message.payload)
-                next += 1
-                lastProgress = .now
-                pending.removeFirst()
-                if facts.firstSeq == 0 { facts.firstSeq = first.record.seq }
-                emit([.accepted(through: first.record.seq)])
-                if let target = catchUpTarget, next > target { catchUpTarget = nil }
-                updateAvailability()
-                return
-            }
-            let record: LogRecord
-            do throws(StorageError) {
-                guard let decoded = try JetStreamLog.record(from: message, names: names) else { return }
-                record = decoded
-            } catch {
-                emit([.broken(error)])
-                return
-            }
-            guard record.seq == next else {
-                if record.seq > next {
-                    if gapAt == next {
-                        // Read again from `next`, the stream still starts later: it was trimmed
-                        // past this hub (cut off while the others published a snapshot and
-                        // trimmed). It cannot go on from here; a restart starts it from the
+            // Either form of JetStream's subject: the message's place, and how many follow it.
+            // Anything else on the consumer's subject was not sent by JetStream: ignored.
+            guard let ack = message.reply.flatMap(JetStreamAckSubject.init), ack.stream == names.stream,
+                  ack.streamSequence >= 1 else { return }
+            let position = ack.streamSequence
+            let (last, overflow) = position.addingReportingOverflow(ack.pending)
+            if !overflow { facts.streamLast = max(facts.streamLast, last) }
+            guard position == streamNext else {
+                if position > streamNext {
+                    if gapAt == streamNext {
+                        // Read again from `streamNext`, the stream still starts later: it was
+                        // trimmed past this hub (cut off while the others published a snapshot
+                        // and trimmed). It cannot go on from here; a restart starts it from the
                         // shared snapshot.
-                        emit([.broken(StorageError("the stream \(names.stream) no longer holds action seq \(next) (its oldest is \(record.seq)): other hubs trimmed it (--retain-actions) while this hub was behind; restart this hub — it starts from the shared snapshot"))])
+                        emit([.broken(StorageError("the stream \(names.stream) no longer holds stream seq \(streamNext) (action seq \(next); its oldest is \(position)): other hubs trimmed it (--retain-actions) while this hub was behind; restart this hub — it starts from the shared snapshot"))])
                         return
                     }
                     // Something was skipped (the consumer restarted further on, or the stream
                     // was trimmed): read again from where this hub is.
-                    gapAt = next
+                    gapAt = streamNext
                     suspect()
                     do throws(NATSError) { try startConsumer() } catch { lost(error.message) }
                 }
+                // Before `streamNext`: read already (a consumer started again delivers it again).
                 return
             }
             gapAt = nil
+            // This hub's own oldest proposal read back: its bytes and tag at the place it was
+            // meant for. It is applied from the hub's copy, so the record is not decoded again.
+            if let first = pending.first, position == first.expectedStream + 1, first.record.seq == next,
+               message.subject == names.actions, message.payload == first.payload,
+               message.headers?[Self.tagHeader] == first.tag {
+                guard mayApply(first, delivered: message) else { return }
+                pending.removeFirst()
+                advance(seq: first.record.seq, tag: first.tag, at: position, payload: message.payload)
+                emit([.accepted(through: first.record.seq), .position(LogPosition(seq: first.record.seq, streamSeq: position, tag: first.tag))])
+                updateAvailability()
+                return
+            }
+            let record: LogRecord
+            switch validRecord(message) {
+            case .failure(let reason):
+                skip(at: position, because: reason)
+                return
+            case .success(let valid):
+                record = valid
+            }
             if let until = verifyUntil {
                 if ContinuousClock.now >= until {
                     verifyUntil = nil
-                } else if !leaderHolds(message, atSeq: record.seq) {
+                } else if !leaderHolds(message, atStream: position) {
                     return
                 }
             }
-            if chainBroken(message) { return }
             if let first = pending.first, first.record.seq == record.seq {
-                if first.record.origin == record.origin, first.record.id == record.id {
+                if first.record.origin == record.origin, first.record.id == record.id, first.payload == message.payload {
                     guard mayApply(first, delivered: message) else { return }
                     pending.removeFirst()
                 } else {
@@ -849,42 +886,51 @@ extension JetStreamLog {
                     lastProposal = nil
                 }
             }
-            lastReadHash = Self.chainHash(message.payload)
-            next += 1
-            lastProgress = .now
-            if facts.firstSeq == 0 { facts.firstSeq = record.seq }
-            emit([.appended(record)])
-            if let target = catchUpTarget, next > target { catchUpTarget = nil }
+            let tag = message.headers?[Self.tagHeader] ?? ""
+            advance(seq: record.seq, tag: tag, at: position, payload: message.payload)
+            emit([.appended(record), .position(LogPosition(seq: record.seq, streamSeq: position, tag: tag))])
             updateAvailability()
         }
 
-        /// The header naming the hash of the record a proposal follows.
-        static let previousHeader = "StoreSync-Prev"
+        /// The header holding a record's tag (``LogKeys``).
+        static let tagHeader = "StoreSync-Auth"
 
-        /// Whether the record delivered at `next` was proposed on another record at `next - 1`
-        /// than the one this hub applied, and this hub cannot go on. The stream's leader
-        /// decides: when its copy of `next - 1` is this hub's, the proposer was the one on
-        /// another history (a warning; the stream is the order, and this hub follows it); when
-        /// it is not, this hub applied a record the stream no longer holds, and it stops
-        /// (``diverged(at:streamHash:)``).
+        /// The record a message holds, if it is the valid next record of this history: on the
+        /// actions subject, a record body of seq `next`, tagged (under this log's keys) on the
+        /// tag of the last valid record. Every hub decides this alike, from the stream alone.
         ///
-        /// - Parameter message: The delivered record.
-        /// - Returns: `true` when the delivery must not be applied (the hub stops, or the link
-        ///   was lost while asking the leader).
-        private func chainBroken(_ message: NATSMessage) -> Bool {
-            guard let claimed = message.headers?[Self.previousHeader], let mine = lastReadHash, claimed != mine, next >= 1 else {
-                return false
+        /// - Parameter message: A message read at `streamNext`.
+        /// - Returns: The record, or why the message is skipped.
+        func validRecord(_ message: NATSMessage) -> Result<LogRecord, StorageError> {
+            JetStreamLog.validRecord(message, names: names, keys: keys, history: history, next: next, previousTag: lastTag)
+        }
+
+        /// The record at `position` was read and applied: the read position moves past it.
+        private func advance(seq: UInt64, tag: String, at position: UInt64, payload: [UInt8]) {
+            lastReadHash = Self.chainHash(payload)
+            next = seq + 1
+            streamNext = position + 1
+            lastTag = tag
+            lastValidStream = position
+            lastProgress = .now
+            if facts.firstSeq == 0 { facts.firstSeq = seq }
+            if let target = catchUpTarget, streamNext > target { catchUpTarget = nil }
+        }
+
+        /// The message at `position` is not a valid record of this history: every hub skips it
+        /// alike. This hub's oldest proposal, meant for that place, was not stored there.
+        private func skip(at position: UInt64, because reason: StorageError) {
+            streamNext = position + 1
+            skipped += 1
+            lastProgress = .now
+            if let target = catchUpTarget, streamNext > target { catchUpTarget = nil }
+            if skipped <= 100 || skipped % 1000 == 0 {
+                worker.note("hubd: warning: skipped stream seq \(position) of \(names.stream) (\(skipped) so far): \(reason.message); every hub of the stream skips it alike")
             }
-            guard let stream = streamHash(ofSeq: next - 1, dropLinkOnError: true) else { return true }
-            if stream == mine {
-                if reportedFork != next {
-                    reportedFork = next
-                    worker.note("hubd: warning: the record at seq \(next) was proposed by a hub whose record at seq \(next - 1) differs from the stream's (hash \(claimed), the stream's \(stream)); this hub follows the stream. That hub will find out and stop; see docs/OPERATIONS.md, \"Across hosts\"")
-                }
-                return false
+            if let first = pending.first, first.expectedStream + 1 == position {
+                void(from: 0, .conflict(from: first.record.seq, logLast: next - 1))
             }
-            diverged(at: next - 1, streamHash: stream)
-            return true
+            publishFacts()
         }
 
         /// The chain hash of the stream leader's copy of hub seq `seq` (`MSG.GET`, answered by
@@ -893,10 +939,10 @@ extension JetStreamLog {
         /// `dropLinkOnError` the link is dropped first (the worker then reads again from
         /// `next` once it is back); without, nothing changes (the periodic check skips a round
         /// during an election instead of taking an idle hub off line).
-        private func streamHash(ofSeq seq: UInt64, dropLinkOnError: Bool) -> String? {
+        private func streamHash(ofStream seq: UInt64, dropLinkOnError: Bool) -> String? {
             guard let connection else { return nil }
             do throws(NATSError) {
-                let answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(seq + 1)])
+                let answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(seq)])
                 guard let data = answer["message"]?["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) else {
                     return lastReadHash
                 }
@@ -916,11 +962,11 @@ extension JetStreamLog {
         /// When it is not, or there is none, the delivery is a server's stale copy: the stream
         /// is read again from `next` (`false`). When NATS cannot answer, the link is dropped and
         /// the worker reads again from `next` once it is back (`false`).
-        private func leaderHolds(_ message: NATSMessage, atSeq seq: UInt64) -> Bool {
+        private func leaderHolds(_ message: NATSMessage, atStream seq: UInt64) -> Bool {
             guard let connection else { return false }
             let copy: [UInt8]?
             do throws(NATSError) {
-                let answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(seq + 1)])
+                let answer = try connection.jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(seq)])
                 copy = answer["message"]?["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }.map { [UInt8]($0) }
             } catch where error.kind == .api(code: 404, errCode: JetStreamErrorCode.noMessageFound) {
                 copy = nil
@@ -929,7 +975,7 @@ extension JetStreamLog {
                 return false
             }
             guard let copy, copy == message.payload else {
-                readAgain(because: "a NATS server delivered, as seq \(seq), a record the stream's leader \(copy == nil ? "does not hold" : "holds otherwise") (a server that was cut off delivering what the stream never took)")
+                readAgain(because: "a NATS server delivered, as stream seq \(seq), a message the stream's leader \(copy == nil ? "does not hold" : "holds otherwise") (a server that was cut off delivering what the stream never took)")
                 return false
             }
             return true
@@ -940,7 +986,7 @@ extension JetStreamLog {
         /// when no other hub writes.
         private func checkChain() {
             guard let mine = lastReadHash, next >= 2, !polling, held.isEmpty,
-                  let stream = streamHash(ofSeq: next - 1, dropLinkOnError: false) else { return }
+                  let stream = streamHash(ofStream: lastValidStream, dropLinkOnError: false) else { return }
             if stream != mine { diverged(at: next - 1, streamHash: stream) }
         }
 
@@ -963,9 +1009,9 @@ extension JetStreamLog {
                 held.append(message)
                 return false
             }
-            guard first.ackedStreamSeq == 0 || first.ackedStreamSeq == first.record.seq + 1 else {
+            guard first.ackedStreamSeq == 0 || first.ackedStreamSeq == first.expectedStream + 1 else {
                 // The stream's leader stored it elsewhere: this server's copy is not the stream's.
-                readAgain(because: "a NATS server delivered seq \(first.record.seq) as this hub's proposal, which the stream stored at seq \(first.ackedStreamSeq - 1)")
+                readAgain(because: "a NATS server delivered seq \(first.record.seq) as this hub's proposal, which the stream stored at stream seq \(first.ackedStreamSeq)")
                 return false
             }
             return true
@@ -1042,32 +1088,37 @@ extension JetStreamLog {
                         publishFacts()
                     }
                 case JetStreamErrorCode.wrongLastSequence:
-                    let streamLast = text.split(separator: ":").last.flatMap { UInt64($0.trimmingCharacters(in: .whitespaces)) } ?? (item.expectedLast + 1)
-                    if streamLast >= 1, streamLast < next {
+                    let streamLast = text.split(separator: ":").last.flatMap { UInt64($0.trimmingCharacters(in: .whitespaces)) } ?? (item.expectedStream + 1)
+                    if streamLast + 1 < streamNext {
                         // The leader says the stream ends before what this hub has read. A leader
                         // not yet deposed answers from its own copy too, so this stops the hub
                         // only once NATS has kept saying so for 10 s (as in `adopt`); meanwhile
                         // the link is dropped, and what was in flight is in doubt.
-                        streamEnds(at: streamLast - 1, says: "the stream \(names.stream)'s leader says")
+                        streamEnds(at: streamLast, says: "the stream \(names.stream)'s leader says")
                         return
                     }
-                    void(from: index, .conflict(from: item.record.seq, logLast: max(item.expectedLast, streamLast >= 1 ? streamLast - 1 : 0)))
+                    // Another message got there first; whether it is a valid record is known once
+                    // it is read. The hub waits for what this worker has read, no more (a
+                    // message that turns out not valid adds no seq to wait for).
+                    noteStreamHolds(streamLast)
+                    void(from: index, .conflict(from: item.record.seq, logLast: next - 1))
                 case JetStreamErrorCode.wrongLastMessageID:
-                    void(from: index, .conflict(from: item.record.seq, logLast: item.expectedLast))
+                    void(from: index, .conflict(from: item.record.seq, logLast: next - 1))
                 default:
                     void(from: index, .failed(from: item.record.seq, StorageError("NATS refused to store it: \(ControlCharacters.escaped(text)) (\(code))")))
                 }
                 return
             }
             if json["duplicate"]?.boolValue == true {
-                // Stored before, under the same id: the original is in the stream at that seq.
-                let original = max(1, json["seq"]?.uint64Value ?? 1) - 1
-                if original == item.record.seq {
+                // Stored before, under the same id (which names the place it was meant for): the
+                // original is in the stream at that stream seq.
+                let original = json["seq"]?.uint64Value ?? 0
+                if original == item.expectedStream + 1 {
                     pending[index].acknowledged = true
-                    pending[index].ackedStreamSeq = original + 1
+                    pending[index].ackedStreamSeq = original
                     releaseHeld()
                 } else {
-                    void(from: index, .conflict(from: item.record.seq, logLast: max(original, item.expectedLast)))
+                    void(from: index, .conflict(from: item.record.seq, logLast: next - 1))
                 }
                 return
             }
@@ -1084,7 +1135,7 @@ extension JetStreamLog {
             guard let connection,
                   let info = try? connection.jetStream("STREAM.INFO." + names.stream, nil),
                   !JetStreamLog.isLeaderlessAnswer(info) else { return nil }
-            return JetStreamLog.lastActionSeq(in: info)
+            return JetStreamLog.lastStreamSeq(in: info)
         }
 
         /// NATS (`who` says) that the stream ends at action seq `last`, before what this hub has
@@ -1095,7 +1146,7 @@ extension JetStreamLog {
             if confirmed("short") {
                 _ = lostRecords(streamLast: last)
             } else {
-                lost("\(who) it ends at action seq \(last), before the seq \(next - 1) this hub has read; asking again")
+                lost("\(who) it ends at stream seq \(last), before the stream seq \(streamNext - 1) this hub has read; asking again")
             }
         }
 
@@ -1121,35 +1172,34 @@ extension JetStreamLog {
         /// stream that ends before what this hub has read is handled as in `adopt`.
         private func recheckStreamEnd() {
             guard let last = leaderStreamEnd() else { return }
-            if last + 1 < next {
+            if last + 1 < streamNext {
                 streamEnds(at: last, says: "the stream \(names.stream) says")
                 return
             }
             guard last < facts.streamLast else { return }
-            worker.note("hubd: the stream \(names.stream) ends at action seq \(last), not at the seq \(facts.streamLast) NATS had reported; proposals acknowledged after it are in doubt and are sent again")
+            worker.note("hubd: the stream \(names.stream) ends at stream seq \(last), not at the stream seq \(facts.streamLast) NATS had reported; proposals acknowledged after it are in doubt and are sent again")
             facts.streamLast = last
-            for index in pending.indices where pending[index].acknowledged && pending[index].record.seq > last {
+            for index in pending.indices where pending[index].acknowledged && pending[index].expectedStream + 1 > last {
                 pending[index].acknowledged = false
                 pending[index].ackedStreamSeq = 0
             }
             publishFacts()
         }
 
-        /// Records that the stream's leader stored a record at stream seq `streamSeq` (hub seq
-        /// one less): the stream holds at least that much (for the read-stall check and `status`).
+        /// Records that the stream's leader stored a message at stream seq `streamSeq`: the
+        /// stream holds at least that much (for the read-stall check and `status`).
         private func noteStreamHolds(_ streamSeq: UInt64) {
-            guard streamSeq >= 1 else { return }
-            facts.streamLast = max(facts.streamLast, streamSeq - 1)
+            facts.streamLast = max(facts.streamLast, streamSeq)
         }
 
-        /// Whether the stream ends before the records this worker has already read (hub seq
-        /// `next - 1`): a NATS server lost actions it had acknowledged (a single server
+        /// Whether the stream ends before the messages this worker has already read (stream seq
+        /// `streamNext - 1`): a NATS server lost actions it had acknowledged (a single server
         /// restarted without them, or a stream replaced). The hub then stops (`broken`), since
         /// going on would fork the history its replicas have seen; appends would only ever
         /// conflict.
         private func lostRecords(streamLast: UInt64) -> Bool {
-            guard streamLast + 1 < next else { return false }
-            emit([.broken(StorageError("the stream \(names.stream) ends at action seq \(streamLast), but this hub has read up to seq \(next - 1) from it: NATS delivered actions it did not keep — records a stream leader stored before the others agreed, then died (nats-server 2.9), or acknowledged actions lost (a server restarted without its data, or the stream was replaced). The hub stops rather than serve a history the stream does not hold; restart it and it rebuilds from the stream (its replicas re-hydrate). See docs/OPERATIONS.md, \"Across hosts\" (use --nats-replicas 3)"))])
+            guard streamLast + 1 < streamNext else { return false }
+            emit([.broken(StorageError("the stream \(names.stream) ends at stream seq \(streamLast), but this hub has read up to stream seq \(streamNext - 1) (action seq \(next - 1)) from it: NATS delivered actions it did not keep — records a stream leader stored before the others agreed, then died (nats-server 2.9), or acknowledged actions lost (a server restarted without its data, or the stream was replaced). The hub stops rather than serve a history the stream does not hold; restart it and it rebuilds from the stream (its replicas re-hydrate). See docs/OPERATIONS.md, \"Across hosts\" (use --nats-replicas 3)"))])
             return true
         }
 
@@ -1280,7 +1330,8 @@ extension JetStreamLog {
         }
 
         private func publishSnapshot(_ snapshot: StoredSnapshot) {
-            guard let connection, snapshot.seq > facts.sharedSnapshotSeq else { return }
+            // Without its place in the stream, no hub could go on from it.
+            guard let connection, snapshot.seq > facts.sharedSnapshotSeq, snapshot.position != nil else { return }
             let body = snapshot.body.canonicalBytes
             let chunkSize = max(4096, min(256 << 10, connection.maxPayload - 1024))
             let tag = "\(snapshot.seq).\(runID)"
@@ -1319,9 +1370,12 @@ extension JetStreamLog {
                     offset = end
                 } while offset < body.count
                 let head: JSON = ["seq": JSON(snapshot.seq), "digest": .string(snapshot.digest), "history": .string(history),
-                                  "chunks": JSON(chunks), "first": JSON(first), "bytes": JSON(body.count), "tag": .string(tag)]
-                let reply = try connection.request(names.head, payload: head.canonicalBytes,
-                                                   headers: NATSHeaders([("Nats-Expected-Last-Subject-Sequence", String(headSubjectSeq))]))
+                                  "chunks": JSON(chunks), "first": JSON(first), "bytes": JSON(body.count), "tag": .string(tag),
+                                  "content": .string(SHA256.hex(SHA256.hash(body)))]
+                let headBytes = head.canonicalBytes
+                let reply = try connection.request(names.head, payload: headBytes,
+                                                   headers: NATSHeaders([("Nats-Expected-Last-Subject-Sequence", String(headSubjectSeq)),
+                                                                         (Self.tagHeader, keys.tag(.snapshotHead(body: headBytes, contentDigest: [])))]))
                 guard let ack = try? JSON(parsing: reply.payload), ack["error"] == nil, let headSeq = ack["seq"]?.uint64Value else {
                     // Another hub's head came first: its writer purges these chunks with the rest.
                     return

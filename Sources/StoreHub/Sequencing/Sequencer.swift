@@ -32,6 +32,8 @@ final class Sequencer {
     @exclusivity(unchecked) private var settling = false
     /// After a conflict: no new judging until the applied seq reaches this (the log's end).
     @exclusivity(unchecked) private var catchUpTo: UInt64 = 0
+    /// On a shared log: where the last record applied ends in the stream (kept with snapshots).
+    @exclusivity(unchecked) private var logPosition: LogPosition?
     @exclusivity(unchecked) private var events: [LogEvent] = []
     @exclusivity(unchecked) private var lastExpiry = ContinuousClock.now
     /// At most one checkpoint per this much time while actions flow (`nil`: by seq only).
@@ -87,6 +89,7 @@ final class Sequencer {
         }
         proposer.restart(at: applier.seq)
         lastSnapshotSeq = start.snapshot?.seq ?? 0
+        logPosition = start.position
         nextReplica = max(1, start.snapshot?.nextReplica ?? 1, start.largestOrigin + 1, start.replicaLease)
         recoveredFrom = start
         // The first block now, while starting (later blocks are asked for ahead, never waited for).
@@ -236,6 +239,8 @@ final class Sequencer {
                 result.broken = error
             case .replicaIDs(let answer):
                 received(replicaIDs: answer)
+            case .position(let position):
+                logPosition = position
             }
         }
         proposer.compactIfDrained()
@@ -387,7 +392,8 @@ final class Sequencer {
             return
         }
         let stored = StoredSnapshot(seq: applier.seq, digest: current.digest, state: state, nextReplica: nextReplica,
-                                    sessions: applier.sessions.json)
+                                    sessions: applier.sessions.json,
+                                    position: logPosition.flatMap { $0.seq == applier.seq ? $0 : nil })
         do throws(StorageError) {
             try log.writeSnapshot(stored)
             lastSnapshotSeq = applier.seq
