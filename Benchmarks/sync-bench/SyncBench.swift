@@ -202,7 +202,7 @@ struct SyncBench {
                                                     log: try sharedLog(nats, stream: "LAT\(UInt32.random(in: 0...UInt32.max))")))
                     }
                 } else {
-                    Console.error("sync-bench: nats.publish and the shared-log scenarios skipped: no nats-server (set STORESYNC_NATS_SERVER, or put nats-server 2.10.23–2.12.x on PATH; bash .ci/run installs 2.12.8 in .build)")
+                    Console.error("sync-bench: nats.publish and the shared-log scenarios skipped: no nats-server (set STORESYNC_NATS_SERVER, or put nats-server 2.10.23 or later on PATH; bash .ci/run installs 2.12.8 in .build)")
                 }
             }
             if wanted("hydrate") { report(try hydrate(stateBytes: 1 << 20)) }

@@ -173,13 +173,14 @@ package final class JetStreamLog: HubLog {
     /// or truncate a stream without a quorum, around leader changes (the Raft fixes of 2.9.15,
     /// 2.10.23); docs/OPERATIONS.md §20 lists what each supported release promises.
     static let oldestSupportedServer = NATSServerVersion(2, 10, 23)
-    /// The first release a hub refuses. 2.14.0 and later stop a replicated stream for good
-    /// after a publish whose `Nats-Expected-Last-Msg-Id` is stale ("critical write error: last
-    /// msgid mismatch", on every replica), and a hub sends that header when it pipelines
-    /// proposals (reproduced by `Scripts/nats-msgid-wedge.py`); no 2.13 release was tested.
-    static let firstUnsupportedServer = NATSServerVersion(2, 13, 0)
+    /// The first release a hub refuses, if any. 2.14.0 and later stop a replicated stream for
+    /// good after a publish whose `Nats-Expected-Last-Msg-Id` is stale ("critical write error:
+    /// last msgid mismatch", on every replica; `Scripts/nats-msgid-wedge.py`), and hubs no
+    /// longer send that header (a pipelined proposal is tagged on its predecessor instead), so
+    /// no release is refused for it.
+    static let firstUnsupportedServer: NATSServerVersion? = nil
     /// The supported releases, for messages.
-    static let supportedServers = "2.10.23 to 2.12.x (the tests and the bench pin 2.12.8)"
+    static let supportedServers = "2.10.23 or later (the tests and the bench pin 2.12.8)"
 
     /// Why a hub must not use the server it reached, if it must not.
     ///
@@ -201,7 +202,7 @@ package final class JetStreamLog: HubLog {
         if version < oldestSupportedServer {
             return "NATS at \(server) runs nats-server \(version), older than \(oldestSupportedServer), the oldest a hub supports: older releases can lose acknowledged records around a leader change. Upgrade every server of the cluster to \(supportedServers); see docs/OPERATIONS.md §20"
         }
-        if version >= firstUnsupportedServer {
+        if let firstUnsupportedServer, version >= firstUnsupportedServer {
             return "NATS at \(server) runs nats-server \(version), newer than this hub supports: from 2.14.0 on, a replicated stream stops for good after a publish whose Nats-Expected-Last-Msg-Id is stale, which a hub sends. Run \(supportedServers) on every server of the cluster; see docs/OPERATIONS.md §20"
         }
         return nil

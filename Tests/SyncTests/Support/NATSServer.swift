@@ -22,7 +22,7 @@ let natsServerPath: String? = {
 
 /// The one line a skipped shared-log test prints.
 let natsMissing = ProcessInfo.processInfo.environment["STORESYNC_NATS_SERVER"].map { "STORESYNC_NATS_SERVER=\($0) is not an executable nats-server, so this shared-log test was skipped" }
-    ?? "nats-server is not installed, so this shared-log test was skipped; run `bash .ci/run` (it installs the pinned server and sets STORESYNC_NATS_SERVER), or put nats-server 2.10.23–2.12.x on PATH"
+    ?? "nats-server is not installed, so this shared-log test was skipped; run `bash .ci/run` (it installs the pinned server and sets STORESYNC_NATS_SERVER), or put nats-server 2.10.23 or later on PATH"
 
 /// A TCP port nothing listens on now (the kernel's choice), on 127.0.0.1.
 func freeTCPPort() throws -> Int {
