@@ -92,7 +92,12 @@ struct Interactive<App: SyncApp> {
                 Console.out(app.encodeState(replica.store.state).prettyString)
             case ":digest":
                 // Settle first: everything sequenced before the hub answers is applied here.
-                do { try await replica.sync() } catch { await settleFailed(error) }
+                // Not settled (the link is down): the error says so, and no digest follows,
+                // since it would be of a state the hub has not confirmed.
+                do { try await replica.sync() } catch {
+                    await settleFailed(error)
+                    continue
+                }
                 // The hub's digest at the same seq, when nothing was sequenced in between.
                 let hub = try? await replica.status()
                 let seq = replica.seq

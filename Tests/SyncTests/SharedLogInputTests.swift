@@ -43,14 +43,30 @@ struct SharedLogInputTests {
                            headers: NATSHeaders([(JetStreamLog.State.tagHeader, tag)]), payload: body)
     }
 
-    func check(_ message: NATSMessage, next: UInt64 = 3, previous: String = "prev-tag") -> Result<LogRecord, StorageError> {
-        JetStreamLog.validRecord(message, names: names, keys: keys, history: "h1", next: next, previousTag: previous)
+    func check(_ message: NATSMessage, next: UInt64 = 3, previous: String = "prev-tag") -> Result<[LogRecord], StorageError> {
+        JetStreamLog.validRecords(message, names: names, keys: keys, history: "h1", next: next, previousTag: previous)
     }
 
-    @Test("a record tagged under the key, on the last valid record, at the next seq, is valid")
+    /// A message whose payload a hub holding the key signed, whatever it holds.
+    func signed(_ payload: [UInt8], seq: UInt64 = 3, previous: String = "prev-tag") -> NATSMessage {
+        let tag = keys.tag(.record(history: "h1", seq: seq, previous: previous, body: payload))
+        return NATSMessage(subject: names.actions, sid: 3, reply: "$JS.ACK.ledger.c.1.4.4.0.0",
+                           headers: NATSHeaders([(JetStreamLog.State.tagHeader, tag)]), payload: payload)
+    }
+
+    @Test("a record tagged under the key, on the last valid record, at the next seq, is valid; so is a batch of them, one per line")
     func validRecord() throws {
         let record = LogRecord(seq: 3, origin: 1, id: .number(9), action: ["type": "increment"])
-        #expect(try check(message(record, previous: "prev-tag")).get() == record)
+        #expect(try check(message(record, previous: "prev-tag")).get() == [record])
+        let batch = (3...6).map { LogRecord(seq: $0, origin: 2, id: .number(Int($0)), action: ["type": "set", "path": "/a", "value": JSON(Int($0))]) }
+        let payload = Array(batch.map { String(decoding: $0.body, as: UTF8.self) }.joined(separator: "\n").utf8)
+        #expect(try check(signed(payload)).get() == batch)
+        let gap = Array([batch[0], batch[2]].map { String(decoding: $0.body, as: UTF8.self) }.joined(separator: "\n").utf8)
+        guard case .failure(let error) = check(signed(gap)) else {
+            Issue.record("a batch with a gap was accepted")
+            return
+        }
+        #expect(error.message.contains("holds action seq 5 where seq 4 comes next"), "\(error.message)")
     }
 
     @Test("anything else is skipped, saying why: no tag, another key, another previous record, another seq, another history, another subject, a body that is not a record")
@@ -65,10 +81,12 @@ struct SharedLogInputTests {
             (untagged, "no StoreSync-Auth tag"),
             (message(record, previous: "prev-tag", keys: otherKey), "does not verify"),
             (message(record, previous: "another-previous"), "does not verify"),
-            (message(LogRecord(seq: 4, origin: 1, id: .number(9), action: ["type": "increment"]), previous: "prev-tag"), "names action seq 4"),
+            (message(LogRecord(seq: 4, origin: 1, id: .number(9), action: ["type": "increment"]), previous: "prev-tag"), "does not verify"),
+            (signed(message(LogRecord(seq: 4, origin: 1, id: .number(9), action: ["type": "increment"]), previous: "prev-tag").payload), "holds action seq 4 where seq 3 comes next"),
             (message(record, previous: "prev-tag", history: "h2"), "does not verify"),
             (message(record, previous: "prev-tag", subject: names.genesis), "not on storesync.ledger.actions"),
-            (garbage, "is not a record"),
+            (garbage, "does not verify"),
+            (signed(Array("oops".utf8)), "not a record"),
             (message(record, previous: "prev-tag", keys: .unauthenticated), "does not verify"),
         ]
         for (message, reason) in cases {

@@ -318,10 +318,11 @@ extension MultiProcessTests {
             let local = fixture.directory + "/local"
             let hub = try await hubs.start(0, extra: ["--data-dir", local])
             let (client, _) = try hubs.attach(0)
+            // One at a time: each record its own message (dispatched together, they would share one).
             for n in 1...3 {
                 try client.send(["type": "dispatch", "id": JSON(n), "action": setAction("/n", n)])
+                _ = try next(client, "seq \(n)") { $0["type"] == "action" && $0["seq"] == JSON(n) }
             }
-            _ = try next(client, "seq 3") { $0["type"] == "action" && $0["seq"] == 3 }
             client.close()
 
             // While the hub is stopped, the stream is rebuilt with another record at seq 3 (and a

@@ -23,7 +23,7 @@ import Synchronization
 /// body in chunks, then a tagged head naming them and their SHA-256).
 ///
 /// **Valid records.** A message is a record of the history only if it is the valid next one
-/// (``validRecord(_:names:keys:history:next:previousTag:)``): on the actions subject, the next
+/// (``validRecords(_:names:keys:history:next:previousTag:)``): on the actions subject, the next
 /// action seq, tagged under the hubs' key (``LogKeys``) on the tag of the last valid record.
 /// Every other message is skipped by every hub alike, so action seqs count valid records only
 /// and run behind stream sequences; a snapshot keeps where its seq ends in the stream
@@ -421,7 +421,7 @@ package final class JetStreamLog: HubLog {
     }
 
     /// Reads the messages after `from` through stream seq `through` with a temporary consumer,
-    /// keeping the valid records (``validRecord(_:names:keys:history:next:previousTag:)``) and
+    /// keeping the valid records (``validRecords(_:names:keys:history:next:previousTag:)``) and
     /// skipping the rest, as every hub does.
     ///
     /// - Returns: The records, where the last one ends, and how many messages were skipped.
@@ -461,11 +461,12 @@ package final class JetStreamLog: HubLog {
                 guard ack.streamSequence == streamNext else {
                     throw StorageError("the stream \(names.stream) delivered stream seq \(ack.streamSequence) where stream seq \(streamNext) was expected; messages are missing from the stream", isDataProblem: true)
                 }
-                switch Self.validRecord(message, names: names, keys: configuration.keys, history: history,
-                                        next: position.seq + 1, previousTag: position.tag) {
-                case .success(let record):
-                    records.append(record)
-                    position = LogPosition(seq: record.seq, streamSeq: streamNext, tag: message.headers?[JetStreamLog.State.tagHeader] ?? "")
+                switch Self.validRecords(message, names: names, keys: configuration.keys, history: history,
+                                         next: position.seq + 1, previousTag: position.tag) {
+                case .success(let batch):
+                    records.append(contentsOf: batch)
+                    position = LogPosition(seq: batch.last?.seq ?? position.seq, streamSeq: streamNext,
+                                           tag: message.headers?[JetStreamLog.State.tagHeader] ?? "")
                 case .failure(let reason):
                     skipped += 1
                     if skipped <= 20 {
@@ -505,12 +506,12 @@ package final class JetStreamLog: HubLog {
         return replies
     }
 
-    /// The record a message holds, if it is the valid next record of the history: published on
-    /// the actions subject, with a record body of seq `next`, tagged under `keys` on
-    /// `previousTag` (the tag of the last valid record). Anything else (another client's
-    /// message, a forged or damaged record, a copy of an old one, a hub's proposal stored after
-    /// another record than the one it was proposed on) is skipped by every hub alike: validity
-    /// depends on the stream's contents and the key only.
+    /// The records a message holds, if it is the valid next record batch of the history:
+    /// published on the actions subject, one or more record bodies (one per line) of seqs
+    /// `next`, `next + 1`, …, tagged under `keys` on `previousTag` (the tag of the last valid
+    /// batch). Anything else (another client's message, a forged or damaged record, a copy of an
+    /// old one, a hub's proposal stored after another record than the one it was proposed on)
+    /// is skipped by every hub alike: validity depends on the stream's contents and the key only.
     ///
     /// - Parameters:
     ///   - message: A message of the stream.
@@ -518,28 +519,35 @@ package final class JetStreamLog: HubLog {
     ///   - keys: The log's keys.
     ///   - history: The history id.
     ///   - next: The action seq the next valid record has.
-    ///   - previousTag: The tag of the last valid record ("" before the first).
-    /// - Returns: The record, or why the message is not one (text from the message escaped).
-    static func validRecord(_ message: NATSMessage, names: Names, keys: LogKeys, history: String, next: UInt64,
-                            previousTag: String) -> Result<LogRecord, StorageError> {
+    ///   - previousTag: The tag of the last valid batch ("" before the first).
+    /// - Returns: The records, or why the message is not a batch of them (text from the message escaped).
+    static func validRecords(_ message: NATSMessage, names: Names, keys: LogKeys, history: String, next: UInt64,
+                             previousTag: String) -> Result<[LogRecord], StorageError> {
         guard message.subject == names.actions else {
             return .failure(StorageError("it was published on \(ControlCharacters.escaped(String(message.subject.prefix(200)))), not on \(names.actions)"))
         }
         guard let tag = message.headers?[State.tagHeader] else {
             return .failure(StorageError("it carries no \(State.tagHeader) tag: no hub of this stream wrote it"))
         }
-        let read = message.payload.withUnsafeBytes { LogRecord(canonicalBody: $0) }
-            ?? (try? JSON(parsing: message.payload)).flatMap { LogRecord(json: $0) }
-        guard let record = read else {
-            return .failure(StorageError("its body (\(message.payload.count) bytes) is not a record"))
-        }
-        guard record.seq == next else {
-            return .failure(StorageError("it names action seq \(record.seq), where the next record is seq \(next)"))
-        }
+        // The tag first: nothing of a message another client forged is parsed.
         guard keys.isValid(tag, for: .record(history: history, seq: next, previous: previousTag, body: message.payload)) else {
-            return .failure(StorageError("its tag does not verify under this hub's key: forged, written with another key, or proposed on another record than the last valid one"))
+            return .failure(StorageError("its tag does not verify under this hub's key for action seq \(next): forged, written with another key, or proposed on another record than the last valid one"))
         }
-        return .success(record)
+        var records: [LogRecord] = []
+        var expected = next
+        for body in message.payload.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+            let read = body.withUnsafeBytes { LogRecord(canonicalBody: $0) }
+                ?? (try? JSON(parsing: Array(body))).flatMap { LogRecord(json: $0) }
+            guard let record = read else {
+                return .failure(StorageError("its body (\(message.payload.count) bytes) holds something that is not a record"))
+            }
+            guard record.seq == expected else {
+                return .failure(StorageError("it holds action seq \(record.seq) where seq \(expected) comes next"))
+            }
+            records.append(record)
+            expected += 1
+        }
+        return .success(records)
     }
 
     private func readSharedSnapshot(_ connection: NATSConnection, history: String) throws(NATSError) -> StoredSnapshot? {
@@ -585,11 +593,26 @@ package final class JetStreamLog: HubLog {
 
     // MARK: - The contract
 
+    /// Proposals of this pass, not handed to the worker yet (the hub's thread only): a pass's
+    /// proposals go as one command, and the worker writes them as few messages (record batches).
+    private var proposals: [Command] = []
+
     package func propose(_ records: [LogRecord], expectingLast: UInt64, epoch: Int) {
-        worker.enqueue(.propose(records, expectingLast: expectingLast, epoch: epoch))
+        // Following the last one of the same epoch: one batch.
+        if case .propose(let batch, let expecting, let last)? = proposals.last, last == epoch,
+           batch.last?.seq == expectingLast {
+            proposals[proposals.count - 1] = .propose(batch + records, expectingLast: expecting, epoch: epoch)
+        } else {
+            proposals.append(.propose(records, expectingLast: expectingLast, epoch: epoch))
+        }
     }
 
-    package func flush() {}
+    /// The group commit of the pass: the proposals go to the worker, in one wake-up.
+    package func flush() {
+        guard !proposals.isEmpty else { return }
+        worker.enqueue(contentsOf: proposals)
+        proposals.removeAll(keepingCapacity: true)
+    }
 
     package func poll(into events: inout [LogEvent]) {
         let first = events.count

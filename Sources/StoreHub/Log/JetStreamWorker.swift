@@ -144,6 +144,12 @@ extension JetStreamLog {
             wakeWorker()
         }
 
+        /// Hands over several commands in order, with one wake-up.
+        func enqueue(contentsOf commands: [Command]) {
+            shared.withLock { $0.commands.append(contentsOf: commands) }
+            wakeWorker()
+        }
+
         func takeEvents(into events: inout [LogEvent]) {
             var scratch = [UInt8](repeating: 0, count: 256)
             while scratch.withUnsafeMutableBytes({ read(readyFD, $0.baseAddress, $0.count) }) > 0 {}
@@ -241,7 +247,12 @@ extension JetStreamLog {
     final class State {
         /// A proposal sent and not yet read back (or refused).
         struct Pending {
+            /// The first record of the batch (its seq, origin and id stand for the batch).
             let record: LogRecord
+            /// Every record of the batch, in seq order (one message: Kafka's record batch).
+            let records: [LogRecord]
+            /// The seq of the batch's last record.
+            var lastSeq: UInt64 { records.last?.seq ?? record.seq }
             let payload: [UInt8]
             let msgID: String
             /// The stream sequence the stream must end at for it to be stored
@@ -294,7 +305,7 @@ extension JetStreamLog {
         /// compared with the stream leader's copy: a NATS cluster that loses or replaces an
         /// acknowledged record after a server dies (or delivered one it never committed) is
         /// found, never served as if nothing happened. (Records proposed on another record
-        /// than the last valid one are not valid: ``validRecord(_:)``.)
+        /// than the last valid one are not valid: ``validRecords(_:)``.)
         var lastReadHash: String?
         var lastChainCheck = ContinuousClock.now
         /// How often the record at `next - 1` is compared with the stream leader's copy.
@@ -715,7 +726,8 @@ extension JetStreamLog {
                     break
                 }
                 var expected = expectingLast
-                for record in records {
+                for (batch, payload) in Self.batches(records, maxBytes: batchBytes) {
+                    guard let record = batch.first else { continue }
                     // What it follows: the last record read, or (pipelined) this hub's own
                     // proposal of the seq before. Its tag chains on that one's, so stored
                     // anywhere else (after another hub's record) it is not valid, and every
@@ -723,22 +735,21 @@ extension JetStreamLog {
                     let base: (stream: UInt64, tag: String)
                     if expected + 1 == next {
                         base = (streamNext - 1, lastTag)
-                    } else if let before = pending.last(where: { $0.record.seq == expected }) {
+                    } else if let before = pending.last(where: { $0.lastSeq == expected }) {
                         base = (before.expectedStream + 1, before.tag)
                     } else {
                         // Built on a record this worker neither read nor has in flight.
                         droppedEpoch = epoch
                         break
                     }
-                    let payload = record.body
                     let tag = keys.tag(.record(history: history, seq: record.seq, previous: base.tag, body: payload))
-                    var item = Pending(record: record, payload: payload, msgID: msgID(for: record, at: base.stream),
+                    var item = Pending(record: record, records: batch, payload: payload, msgID: msgID(for: record, at: base.stream),
                                        expectedStream: base.stream, tag: tag)
                     item.epoch = epoch
                     send(&item)
                     pending.append(item)
-                    lastProposal = (record.seq, item.msgID)
-                    expected = record.seq
+                    lastProposal = (item.lastSeq, item.msgID)
+                    expected = item.lastSeq
                 }
             case .snapshot(let snapshot):
                 publishSnapshot(snapshot)
@@ -753,6 +764,35 @@ extension JetStreamLog {
         /// copy sent again with the same id (a proposal in doubt) `duplicate`. The place is part
         /// of it: proposed again elsewhere, it is a new message (its first copy, stored at the
         /// wrong place, was skipped as not valid there).
+        /// The most bytes one message of records may hold: under the server's `max_payload`,
+        /// with room for the headers.
+        private var batchBytes: Int { max(16 << 10, min(1 << 20, (connection?.maxPayload ?? 1 << 20) - (8 << 10))) }
+
+        /// Records cut into batches of at most `maxBytes` (their bodies, one per line; a record
+        /// larger than that goes alone) and at most 4,096 records: one message each, with its
+        /// payload.
+        static func batches(_ records: [LogRecord], maxBytes: Int) -> [(records: [LogRecord], payload: [UInt8])] {
+            var batches: [(records: [LogRecord], payload: [UInt8])] = []
+            var current: [LogRecord] = []
+            var payload: [UInt8] = []
+            var body: [UInt8] = []
+            for record in records {
+                body.removeAll(keepingCapacity: true)
+                record.writeBody(into: &body)
+                if !current.isEmpty, payload.count + 1 + body.count > maxBytes || current.count >= 4_096 {
+                    batches.append((current, payload))
+                    current = []
+                    payload = []
+                }
+                // Canonical bodies hold no raw line feed: one separates the records.
+                if !current.isEmpty { payload.append(UInt8(ascii: "\n")) }
+                payload.append(contentsOf: body)
+                current.append(record)
+            }
+            if !current.isEmpty { batches.append((current, payload)) }
+            return batches
+        }
+
         private func msgID(for record: LogRecord, at after: UInt64) -> String {
             guard let session = record.session else {
                 unsessioned += 1
@@ -854,19 +894,20 @@ extension JetStreamLog {
                message.headers?[Self.tagHeader] == first.tag {
                 guard mayApply(first, delivered: message) else { return }
                 pending.removeFirst()
-                advance(seq: first.record.seq, tag: first.tag, at: position, payload: message.payload)
-                emit([.accepted(through: first.record.seq), .position(LogPosition(seq: first.record.seq, streamSeq: position, tag: first.tag))])
+                advance(seq: first.lastSeq, tag: first.tag, at: position, payload: message.payload)
+                emit([.accepted(through: first.lastSeq), .position(LogPosition(seq: first.lastSeq, streamSeq: position, tag: first.tag))])
                 updateAvailability()
                 return
             }
-            let record: LogRecord
-            switch validRecord(message) {
+            let records: [LogRecord]
+            switch validRecords(message) {
             case .failure(let reason):
                 skip(at: position, because: reason)
                 return
             case .success(let valid):
-                record = valid
+                records = valid
             }
+            guard let record = records.first, let lastSeq = records.last?.seq else { return }
             if let until = verifyUntil {
                 if ContinuousClock.now >= until {
                     verifyUntil = nil
@@ -887,26 +928,29 @@ extension JetStreamLog {
                 }
             }
             let tag = message.headers?[Self.tagHeader] ?? ""
-            advance(seq: record.seq, tag: tag, at: position, payload: message.payload)
-            emit([.appended(record), .position(LogPosition(seq: record.seq, streamSeq: position, tag: tag))])
+            advance(seq: lastSeq, tag: tag, at: position, payload: message.payload)
+            emit(records.map { .appended($0) } + [.position(LogPosition(seq: lastSeq, streamSeq: position, tag: tag))])
             updateAvailability()
         }
 
         /// The header holding a record's tag (``LogKeys``).
         static let tagHeader = "StoreSync-Auth"
 
-        /// The record a message holds, if it is the valid next record of this history: on the
-        /// actions subject, a record body of seq `next`, tagged (under this log's keys) on the
-        /// tag of the last valid record. Every hub decides this alike, from the stream alone.
+        /// The records a message holds, if it is the valid next record batch of this history: on
+        /// the actions subject, record bodies of seqs `next`, `next + 1`, …, tagged (under this
+        /// log's keys) on the tag of the last valid batch. Every hub decides this alike, from
+        /// the stream alone.
         ///
         /// - Parameter message: A message read at `streamNext`.
-        /// - Returns: The record, or why the message is skipped.
-        func validRecord(_ message: NATSMessage) -> Result<LogRecord, StorageError> {
-            JetStreamLog.validRecord(message, names: names, keys: keys, history: history, next: next, previousTag: lastTag)
+        /// - Returns: The records, or why the message is skipped.
+        func validRecords(_ message: NATSMessage) -> Result<[LogRecord], StorageError> {
+            JetStreamLog.validRecords(message, names: names, keys: keys, history: history, next: next, previousTag: lastTag)
         }
 
         /// The record at `position` was read and applied: the read position moves past it.
         private func advance(seq: UInt64, tag: String, at position: UInt64, payload: [UInt8]) {
+            boundaries.append((seq, position))
+            if boundaries.count > Self.maxBoundaries { boundaries.removeFirst(Self.maxBoundaries / 2) }
             lastReadHash = Self.chainHash(payload)
             next = seq + 1
             streamNext = position + 1
@@ -1292,12 +1336,22 @@ extension JetStreamLog {
 
         /// Reads which action is the oldest the stream holds (for `status`).
         private func refreshFirstSeq() {
+            // The first action message's first record names its seq (read, not trusted: for `status`).
             guard let connection,
                   let answer = try? connection.jetStream("STREAM.MSG.GET." + names.stream,
                                                          ["seq": 1, "next_by_subj": .string(names.actions)]),
-                  let seq = answer["message"]?["seq"]?.uint64Value, seq >= 2 else { return }
-            facts.firstSeq = seq - 1
+                  let data = answer["message"]?["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) else { return }
+            let bytes = [UInt8](data)
+            let first = bytes.split(separator: UInt8(ascii: "\n"), maxSplits: 1, omittingEmptySubsequences: false).first ?? []
+            guard let seq = first.withUnsafeBytes({ LogRecord(canonicalBody: $0) })?.seq else { return }
+            facts.firstSeq = seq
         }
+
+        /// Where recent messages end: (the last action seq of a message, its stream seq), oldest
+        /// first, for trimming (`--retain-actions`), which purges whole messages.
+        var boundaries: [(lastSeq: UInt64, streamSeq: UInt64)] = []
+        /// The most boundaries kept.
+        static let maxBoundaries = 200_000
 
         // MARK: Leases and snapshots
 
@@ -1386,8 +1440,14 @@ extension JetStreamLog {
                 _ = try? connection.jetStream("STREAM.PURGE." + names.meta, ["filter": .string(names.head), "seq": JSON(headSeq)])
                 if let retain = configuration.retainActions, snapshot.seq > retain {
                     // Actions before the retained window, all covered by this shared snapshot.
+                    // Whole messages go: up to the last one that ends before `keepFrom` (none,
+                    // when that one is older than what this hub remembers).
                     let keepFrom = snapshot.seq - retain + 1
-                    _ = try? connection.jetStream("STREAM.PURGE." + names.stream, ["filter": .string(names.actions), "seq": JSON(keepFrom + 1)])
+                    if let boundary = boundaries.last(where: { $0.lastSeq < keepFrom }) {
+                        _ = try? connection.jetStream("STREAM.PURGE." + names.stream,
+                                                      ["filter": .string(names.actions), "seq": JSON(boundary.streamSeq + 1)])
+                        boundaries.removeAll { $0.streamSeq <= boundary.streamSeq }
+                    }
                     refreshFirstSeq()
                 }
                 publishFacts()
