@@ -171,6 +171,9 @@ extension Replica {
             if local != digest {
                 return .diverged("at checkpoint seq \(seq) this replica's state digest is \(local), the hub's is \(digest): a reducer is not deterministic (a clock, a random value or a global read inside it), or the two sides run different code")
             }
+        case .log(let available, let reason, _):
+            let observers = shared.withLock { $0.observers }
+            if !observers.isEmpty { deliveries.steps.append(.event(observers, .hubLog(available: available, reason: reason))) }
         case .error(let error):
             return .hub(error)
         case .welcome:

@@ -63,6 +63,11 @@ public enum ReplicaEvent<Action: Sendable>: Sendable {
     case rejected(id: DispatchID, error: WireError)
     /// The connection dropped, is being re-established, or is back (see ``ConnectionChange``).
     case connection(ConnectionChange)
+    /// The hub stopped taking dispatches because it cannot write its log (`available` false,
+    /// with the reason: a full disk, its shared log unreachable), or takes them again (`true`).
+    /// The link itself is fine: actions already sequenced keep coming, and dispatches made
+    /// meanwhile are refused `unavailable` (nothing applied; send them again later).
+    case hubLog(available: Bool, reason: String?)
     /// The connection ended for good (closed, or reconnection gave up); no more events follow.
     case disconnected(ReplicaError)
 }

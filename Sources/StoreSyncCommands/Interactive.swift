@@ -60,6 +60,14 @@ struct Interactive<App: SyncApp> {
                 case .resumed, .rehydrated: for line in held.take() { Console.out(line) }
                 default: break
                 }
+            case .hubLog(let available, let reason):
+                if json {
+                    var line: [JSONKey: JSON] = ["type": "hub-log", "available": .bool(available)]
+                    if let reason { line["reason"] = .string(reason) }
+                    Console.out(JSON.object(line).canonicalString)
+                } else {
+                    Console.out(hubLogLine(available: available, reason: reason))
+                }
             case .disconnected(let reason):
                 for line in held.take() { Console.out(line) }
                 exitDisconnected(reason)

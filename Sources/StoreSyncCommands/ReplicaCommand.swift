@@ -406,6 +406,8 @@ public enum ReplicaCommand {
                     if case .rehydrated = change { diffs?.restart(at: app.encodeState(replica.store.state)) }
                     // stdout stays one action per line; the link's story goes to stderr.
                     if let line = linkLine(change) { Console.error("\(ReplicaCommand.program): \(line)") }
+                case .hubLog(let available, let reason):
+                    Console.error("\(ReplicaCommand.program): \(hubLogLine(available: available, reason: reason))")
                 default:
                     break
                 }
@@ -547,4 +549,16 @@ func linkJSON(_ change: ConnectionChange, replica: Int) -> JSON? {
     case .rehydrated(let seq): ["type": "link", "state": "rehydrated", "seq": JSON(seq), "replica": JSON(replica)]
     case .diverged(let seq, let reason): ["type": "link", "state": "diverged", "seq": JSON(seq), "reason": .string(reason)]
     }
+}
+
+/// What `attach` and `watch` print when the hub stops or starts taking dispatches.
+///
+/// - Parameters:
+///   - available: Whether it takes them again.
+///   - reason: Why not, while it does not.
+/// - Returns: One line.
+func hubLogLine(available: Bool, reason: String?) -> String {
+    available
+        ? "the hub takes dispatches again (its log can be written)"
+        : "the hub refuses every dispatch for now: \(ControlCharacters.escaped(reason ?? "its log cannot be written")); actions already sequenced keep coming"
 }

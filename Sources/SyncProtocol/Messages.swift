@@ -422,6 +422,11 @@ public enum HubMessage: Sendable, Equatable {
     /// seq is a multiple of the hub's `--checkpoint-every`. A replica whose own digest at
     /// `seq` differs has diverged and re-hydrates.
     case checkpoint(seq: UInt64, digest: String)
+    /// Whether the hub can write its log now, sent to attached replicas when that changes:
+    /// `available` false with the reason while it refuses every dispatch (`unavailable`; its
+    /// journal or its shared log cannot be written), true once it accepts them again. `seq` is
+    /// the hub's applied seq then. Reads go on throughout.
+    case log(available: Bool, reason: String?, seq: UInt64)
     /// A message type this library does not know; a client ignores it (the extension rule).
     case unknown(type: String)
 
@@ -470,6 +475,10 @@ public enum HubMessage: Sendable, Equatable {
             return ["type": "duplicate", "id": id.json, "seq": JSON(seq)]
         case .checkpoint(let seq, let digest):
             return ["type": "checkpoint", "seq": JSON(seq), "digest": .string(digest)]
+        case .log(let available, let reason, let seq):
+            var members: [JSONKey: JSON] = ["type": "log", "available": .bool(available), "seq": JSON(seq)]
+            if let reason { members["reason"] = .string(reason) }
+            return .object(members)
         case .unknown(let type):
             return ["type": .string(type)]
         }
@@ -486,6 +495,7 @@ public enum HubMessage: Sendable, Equatable {
         case .synced: "synced"
         case .duplicate: "duplicate"
         case .checkpoint: "checkpoint"
+        case .log: "log"
         case .unknown(let type): type
         }
     }
@@ -582,6 +592,11 @@ public enum HubMessage: Sendable, Equatable {
             self = .duplicate(id: try id(), seq: try seq("seq"))
         case "checkpoint":
             self = .checkpoint(seq: try seq("seq"), digest: try string("digest"))
+        case "log":
+            guard let available = m["available"]?.boolValue else {
+                throw WireError(.badFrame, "log member \"available\" must be a boolean")
+            }
+            self = .log(available: available, reason: m["reason"]?.stringValue, seq: try seq("seq"))
         default:
             self = .unknown(type: type)
         }

@@ -78,3 +78,33 @@ extension MultiProcessTests {
         }
     }
 }
+
+extension MultiProcessTests {
+    @Suite("Shared log: replicas hear when the hub cannot write its log", .enabled(if: natsServerPath != nil, Comment(rawValue: natsMissing)))
+    struct LogNotices {
+        @Test("nats-server killed: attached replicas get log available false with the reason, then true once it is back; the link stays up")
+        func replicasAreTold() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let nats = try NATSServer(fixture: fixture)
+            try await nats.start()
+            let hubs = SharedHubs(fixture: fixture, nats: [nats])
+            try await hubs.start(0)
+            let (client, _) = try hubs.attach(0)
+            defer { client.close() }
+            try client.send(["type": "dispatch", "id": 1, "action": setAction("/a", 1)])
+            _ = try next(client, "the action") { $0["type"] == "action" }
+            try await nats.kill()
+            let down = try next(client, "log available false") { $0["type"] == "log" }
+            #expect(down["available"] == false, "\(down)")
+            #expect(down["reason"]?.stringValue?.contains("cannot reach its log") == true, "\(down)")
+            #expect(down["seq"] == 1)
+            try await nats.start()
+            let back = try next(client, "log available true") { $0["type"] == "log" }
+            #expect(back["available"] == true, "\(back)")
+            try client.send(["type": "dispatch", "id": 2, "action": setAction("/a", 2)])
+            let applied = try next(client, "the action after the outage") { $0["type"] == "action" || $0["type"] == "reject" }
+            #expect(applied["type"] == "action" && applied["seq"] == 2, "\(applied)")
+        }
+    }
+}

@@ -226,6 +226,13 @@ final class HubLoop {
                 return
             }
             if let voidedFrom = result.voidedFrom { pipeline.void(from: voidedFrom) }
+            // Attached replicas hear when the hub stops and starts taking dispatches (a client
+            // that does not know the message ignores it).
+            if let reason = result.becameUnavailable {
+                broadcast(.log(available: false, reason: reason, seq: sequencer.appliedSeq))
+            } else if result.becameAvailable {
+                broadcast(.log(available: true, reason: nil, seq: sequencer.appliedSeq))
+            }
             let before = sequencer.inFlightCount
             if sequencer.isJudging, pipeline.hasUnjudged {
                 pipeline.judgeWaiting(skip: { [connections] connection in connections[connection.fd] !== connection || connection.isClosing },
@@ -709,6 +716,13 @@ final class HubLoop {
     private func writtenSeq(of connection: Connection) -> UInt64 {
         guard let cursor = connection.output.cursor else { return sequencer.appliedSeq }
         return backlog.seq(before: cursor)
+    }
+
+    /// Sends one message to every attached connection, after everything applied so far.
+    ///
+    /// - Parameter message: The message.
+    private func broadcast(_ message: HubMessage) {
+        for connection in attached where !connection.isClosing && !connection.ending { send(message, to: connection) }
     }
 
     /// Sends one message to one connection, after everything applied so far.

@@ -59,6 +59,8 @@ final class Sequencer {
         var broken: StorageError?
         /// The gate opened again.
         var becameAvailable = false
+        /// The gate closed in this pass: why (dispatches are refused `unavailable` from now on).
+        var becameUnavailable: String?
     }
 
     /// Opens the log and replays what it holds into the root state.
@@ -229,12 +231,19 @@ final class Sequencer {
                 let reason = log.isShared
                     ? "the shared log did not take it (\(error.message)); nothing was applied — retry once the log is back"
                     : "the hub cannot write its journal (\(error.message)); nothing was applied — retry once the disk has room or works again"
-                if gate.isOpen { note("hubd: \(error.message); refusing dispatches with unavailable until writing works again") }
+                if gate.isOpen {
+                    note("hubd: \(error.message); refusing dispatches with unavailable until writing works again")
+                    result.becameUnavailable = reason
+                }
                 gate.close(reason)
                 void(from: from, into: &result)
             case .inDoubt(_, let reason):
-                if gate.isOpen { note("hubd: \(reason); refusing dispatches with unavailable until the log is back") }
-                gate.close("the hub cannot reach its log (\(reason)); nothing was applied — retry once it is back")
+                let refusal = "the hub cannot reach its log (\(reason)); nothing was applied — retry once it is back"
+                if gate.isOpen {
+                    note("hubd: \(reason); refusing dispatches with unavailable until the log is back")
+                    result.becameUnavailable = refusal
+                }
+                gate.close(refusal)
             case .broken(let error):
                 result.broken = error
             case .replicaIDs(let answer):
