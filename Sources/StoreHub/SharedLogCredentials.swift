@@ -60,6 +60,15 @@ public struct SharedLogCredentials: Sendable, Equatable {
         return credentials.checked()
     }
 
+    /// Reads and parses a credentials file (``SecretFile/read(_:what:)``'s checks first).
+    private static func read(_ path: String, what: String, source: String) -> Result<SharedLogCredentials, StorageError> {
+        do throws(SystemError) {
+            return parse(try SecretFile.read(path, what: what), source: source)
+        } catch {
+            return .failure(StorageError(error.message))
+        }
+    }
+
     /// The credentials if they are one complete kind: user and password, or a token.
     private func checked() -> Result<SharedLogCredentials, StorageError> {
         if token != nil, user != nil || password != nil {
@@ -88,26 +97,16 @@ public struct SharedLogCredentials: Sendable, Equatable {
             guard !fromURL else {
                 return .failure(StorageError("--nats-credentials and credentials in the --log URL: give them once, in the file"))
             }
-            do throws(SystemError) {
-                let bytes = try SecretFile.read(file, what: "the NATS credentials file")
-                switch parse(bytes, source: "the NATS credentials file \(file)") {
-                case .success(let credentials): found = credentials
-                case .failure(let error): return .failure(error)
-                }
-            } catch {
-                return .failure(StorageError(error.message))
+            switch read(file, what: "the NATS credentials file", source: "the NATS credentials file \(file)") {
+            case .success(let credentials): found = credentials
+            case .failure(let error): return .failure(error)
             }
         } else if !fromURL, let directory = environment["CREDENTIALS_DIRECTORY"], !directory.isEmpty,
                   FileSystem.exists(directory + "/" + credentialName) {
             let path = directory + "/" + credentialName
-            do throws(SystemError) {
-                let bytes = try SecretFile.read(path, what: "the NATS credentials")
-                switch parse(bytes, source: "the systemd credential \(credentialName) (\(path))") {
-                case .success(let credentials): found = credentials
-                case .failure(let error): return .failure(error)
-                }
-            } catch {
-                return .failure(StorageError(error.message))
+            switch read(path, what: "the NATS credentials", source: "the systemd credential \(credentialName) (\(path))") {
+            case .success(let credentials): found = credentials
+            case .failure(let error): return .failure(error)
             }
         } else if !fromURL {
             let user = environment["STORESYNC_NATS_USER"].flatMap { $0.isEmpty ? nil : $0 }
