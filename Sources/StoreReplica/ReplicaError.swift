@@ -63,8 +63,8 @@ public enum ReplicaEvent<Action: Sendable>: Sendable {
     case rejected(id: DispatchID, error: WireError)
     /// The connection dropped, is being re-established, or is back (see ``ConnectionChange``).
     case connection(ConnectionChange)
-    /// The hub stopped taking dispatches because it cannot write its log (`available` false,
-    /// with the reason: a full disk, its shared log unreachable), or takes them again (`true`).
+    /// A hub on a shared log stopped taking dispatches because it cannot reach its log
+    /// (`available` false, with the reason), or takes them again (`true`).
     /// The link itself is fine: actions already sequenced keep coming, and dispatches made
     /// meanwhile are refused `unavailable` (nothing applied; send them again later).
     case hubLog(available: Bool, reason: String?)

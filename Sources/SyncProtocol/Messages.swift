@@ -422,9 +422,9 @@ public enum HubMessage: Sendable, Equatable {
     /// seq is a multiple of the hub's `--checkpoint-every`. A replica whose own digest at
     /// `seq` differs has diverged and re-hydrates.
     case checkpoint(seq: UInt64, digest: String)
-    /// Whether the hub can write its log now, sent to attached replicas when that changes:
-    /// `available` false with the reason while it refuses every dispatch (`unavailable`; its
-    /// journal or its shared log cannot be written), true once it accepts them again. `seq` is
+    /// Whether a hub on a shared log can write it now, sent to attached replicas when that
+    /// changes: `available` false with the reason while it refuses every dispatch
+    /// (`unavailable`), true once it accepts them again. `seq` is
     /// the hub's applied seq then. Reads go on throughout.
     case log(available: Bool, reason: String?, seq: UInt64)
     /// A message type this library does not know; a client ignores it (the extension rule).

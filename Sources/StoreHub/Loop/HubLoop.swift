@@ -226,11 +226,12 @@ final class HubLoop {
                 return
             }
             if let voidedFrom = result.voidedFrom { pipeline.void(from: voidedFrom) }
-            // Attached replicas hear when the hub stops and starts taking dispatches (a client
-            // that does not know the message ignores it).
-            if let reason = result.becameUnavailable {
+            // On a shared log, attached replicas hear when the hub stops and starts taking
+            // dispatches (a client that does not know the message ignores it). A hub with a
+            // log of its own says nothing new: its refusals and `status` tell, as they always did.
+            if sequencer.log.isShared, let reason = result.becameUnavailable {
                 broadcast(.log(available: false, reason: reason, seq: sequencer.appliedSeq))
-            } else if result.becameAvailable {
+            } else if sequencer.log.isShared, result.becameAvailable {
                 broadcast(.log(available: true, reason: nil, seq: sequencer.appliedSeq))
             }
             let before = sequencer.inFlightCount
