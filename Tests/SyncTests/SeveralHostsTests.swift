@@ -242,22 +242,16 @@ extension MultiProcessTests {
             // unavailable" for minutes after losing the node that led it. Meanwhile hub 3 may
             // only refuse (unavailable) or leave a dispatch in doubt; if it is back within 90 s
             // it must converge too.
-            // Intermittent, recorded as a known issue (issue 18); the phases above stay strict.
-            // What this phase has shown, and what the hubs now do:
-            // - A hub stopped because a leaderless stream's STREAM.INFO (one member's stale copy)
-            //   said the stream was shorter: such answers are no verdict now.
-            // - A hub's acknowledged dispatch never came back (its consumer's server was behind)
-            //   and the client waited 90 s: a consumer that sends nothing while the stream holds
-            //   more is now replaced by reads from the leader.
-            // - Still seen (one run in five to one in twenty, by load and host): after the node dies, the new
-            //   stream leader says the stream ends before actions the old leader acknowledged
-            //   (nats-server 2.9.10 losing acknowledged records across the earlier link cut). The
-            //   hub that read them stops, naming the seqs, rather than serve a history the stream
-            //   no longer holds; no hub diverges silently.
-            // - Still seen (rarely): the two live servers elect no stream leader for over 90 s.
-            //   A dispatch in doubt then waits for NATS, as PROTOCOL §5 says; its hub refuses
-            //   every other dispatch with unavailable meanwhile.
-            await withKnownIssue("after a NATS node dies, NATS 2.9 may lose acknowledged actions (a hub then stops) or elect no stream leader for minutes (issue 18)", isIntermittent: true) {
+            // What this phase showed on nats-server 2.9 (now refused), and what the hubs do:
+            // - A leaderless stream's STREAM.INFO (one member's stale copy) is no verdict.
+            // - A consumer that sends nothing while the stream holds more is replaced by reads
+            //   from the leader.
+            // - 2.9.10 lost acknowledged records across the earlier link cut, and could leave
+            //   the stream leaderless for minutes: a hub that read lost records stops, naming
+            //   them, rather than serve a history the stream no longer holds.
+            // Strict since nats-server 2.12.8 is pinned (2.9 is refused): what 2.9 did here (lose
+            // acknowledged actions, leave the stream leaderless for minutes) is not seen on it.
+            do {
                 do {
                     try await nats[2].kill()
                     for host in 1...2 { try await dispatchUntilApplied(host) }
