@@ -130,7 +130,7 @@ struct SharedLogInputTests {
             #expect(json["seq"]?.uint64Value == nil)
         }
         let info = try JSON(parsing: Array(#"{"state":{"last_seq":-3}}"#.utf8))
-        #expect(JetStreamLog.lastActionSeq(in: info) == 0)
+        #expect(JetStreamLog.lastStreamSeq(in: info) == 0)
     }
 
     @Test("server releases: older than 2.10.23 are refused, saying what to run; 2.10.23 and later are used")

@@ -152,15 +152,6 @@ package final class JetStreamLog: HubLog {
         return (info["cluster"]?["leader"]?.stringValue ?? "").isEmpty
     }
 
-    /// The last action seq of a `STREAM.INFO` answer: the stream's last seq less the genesis
-    /// record (0 for an empty stream).
-    ///
-    /// - Parameter info: The answer.
-    /// - Returns: The hub seq of the stream's last record.
-    package static func lastActionSeq(in info: JSON) -> UInt64 {
-        max(1, info["state"]?["last_seq"]?.uint64Value ?? 1) - 1
-    }
-
     /// The stream sequence of a `STREAM.INFO` answer's last message (0 for an empty stream).
     ///
     /// - Parameter info: The answer.
@@ -596,19 +587,34 @@ package final class JetStreamLog: HubLog {
     /// Proposals of this pass, not handed to the worker yet (the hub's thread only): a pass's
     /// proposals go as one command, and the worker writes them as few messages (record batches).
     private var proposals: [Command] = []
+    /// The chain being gathered for the next command: records that each follow the one before,
+    /// of one epoch, the first expected after `chainExpecting` (appended in place, never copied).
+    private var chain: [LogRecord] = []
+    private var chainExpecting: UInt64 = 0
+    private var chainEpoch = 0
 
     package func propose(_ records: [LogRecord], expectingLast: UInt64, epoch: Int) {
-        // Following the last one of the same epoch: one batch.
-        if case .propose(let batch, let expecting, let last)? = proposals.last, last == epoch,
-           batch.last?.seq == expectingLast {
-            proposals[proposals.count - 1] = .propose(batch + records, expectingLast: expecting, epoch: epoch)
-        } else {
-            proposals.append(.propose(records, expectingLast: expectingLast, epoch: epoch))
+        // Following the last one of the same epoch: the same batch.
+        if let last = chain.last, chainEpoch == epoch, last.seq == expectingLast {
+            chain.append(contentsOf: records)
+            return
         }
+        closeChain()
+        chain = records
+        chainExpecting = expectingLast
+        chainEpoch = epoch
+    }
+
+    /// Ends the chain being gathered: it becomes one command.
+    private func closeChain() {
+        guard !chain.isEmpty else { return }
+        proposals.append(.propose(chain, expectingLast: chainExpecting, epoch: chainEpoch))
+        chain = []
     }
 
     /// The group commit of the pass: the proposals go to the worker, in one wake-up.
     package func flush() {
+        closeChain()
         guard !proposals.isEmpty else { return }
         worker.enqueue(contentsOf: proposals)
         proposals.removeAll(keepingCapacity: true)

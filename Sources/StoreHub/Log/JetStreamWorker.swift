@@ -350,11 +350,9 @@ extension JetStreamLog {
         var behindSince: ContinuousClock.Instant?
         /// How long a consumer may send nothing while the stream holds records after `next`.
         static let readStall: Duration = .seconds(3)
-        /// The last proposal sent (a proposal right after it is pipelined on it).
-        var lastProposal: (seq: UInt64, id: String)?
         var facts = Facts()
         var inDoubt = false
-        /// After a reconnection: the stream's last hub seq, to be read before accepting again.
+        /// After a reconnection: the stream sequence of the stream's last message, to be read before accepting again.
         var catchUpTarget: UInt64?
         var lastDelivery = ContinuousClock.now
         var lastResend = ContinuousClock.now
@@ -748,7 +746,6 @@ extension JetStreamLog {
                     item.epoch = epoch
                     send(&item)
                     pending.append(item)
-                    lastProposal = (item.lastSeq, item.msgID)
                     expected = item.lastSeq
                 }
             case .snapshot(let snapshot):
@@ -924,7 +921,6 @@ extension JetStreamLog {
                     // proposal in flight is void, and so are those of its epoch still to come.
                     droppedEpoch = first.epoch
                     pending.removeAll()
-                    lastProposal = nil
                 }
             }
             let tag = message.headers?[Self.tagHeader] ?? ""
@@ -1270,7 +1266,6 @@ extension JetStreamLog {
             consumerSID = 0
             pending.removeAll()
             held.removeAll()
-            lastProposal = nil
             facts.connected = false
             publishFacts()
         }
@@ -1316,7 +1311,6 @@ extension JetStreamLog {
                 // refused (or would not answer for): read that seq again.
                 readAgain(because: "the stream did not take the proposal at seq \(next) that a NATS server had delivered")
             }
-            lastProposal = nil
             emit([event])
             updateAvailability()
         }
