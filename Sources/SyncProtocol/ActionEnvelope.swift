@@ -33,6 +33,22 @@ extension HubMessage {
         return ActionEnvelope(seq: UInt64(seq), origin: origin, id: id, action: cursor..<(payload.count - 1))
     }
 
+    /// The seq of an `action` frame written the hub's way, read from its first members only;
+    /// `nil` for any other frame (a `checkpoint`).
+    ///
+    /// Unlike ``actionEnvelope(_:)``, the replica's fast path, which takes only integer ids and
+    /// leaves every other frame to the parser, this never looks at the id: the hub answers
+    /// `history` from its backlog's frames with it, with no slower path to fall back on.
+    ///
+    /// - Parameter payload: A frame's payload.
+    /// - Returns: The action's seq, or `nil` when the payload is not an `action` frame.
+    public static func actionSeq(_ payload: UnsafeRawBufferPointer) -> UInt64? {
+        var cursor = 0
+        guard expect(#"{"type":"action","seq":"#, in: payload, at: &cursor), let seq = integer(in: payload, at: &cursor),
+              cursor < payload.count, payload[cursor] == UInt8(ascii: ",") else { return nil }
+        return UInt64(seq)
+    }
+
     /// Reads an `action` frame the way the hub writes it (see ``actionEnvelope(_:)``) without
     /// building a `JSON` object for the envelope: only the action's own value is parsed.
     ///

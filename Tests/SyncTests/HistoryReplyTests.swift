@@ -3,6 +3,7 @@ import Foundation
 @testable import StoreHub
 import StoreSyncTesting
 import SyncCore
+import SyncProtocol
 import Testing
 
 /// `history` answers with exactly the `action` messages the hub broadcast for the range asked,
@@ -110,7 +111,7 @@ struct HistoryReplyTests {
         }
     }
 
-    @Test("HubLoop.actionSeq reads the seq of every action frame the hub writes, whatever its id, and of no other frame")
+    @Test("HubMessage.actionSeq reads the seq of every action frame the hub writes, whatever its id, and of no other frame")
     func actionSeqOfFrames() throws {
         var random = SplitMix64(seed: 0x5EED_4157_00AC)
         var ids = WireID.Shape.allCases.map { WireID.make($0, using: &random) }
@@ -126,13 +127,13 @@ struct HistoryReplyTests {
             let action: JSON = ["type": "set", "path": "/n", "value": JSON(index)]
             var frame: [UInt8] = []
             try Frame.appendActionEnvelope(seq: seq, origin: origin, id: dispatchID, action: action, to: &frame)
-            #expect(HubLoop.actionSeq(frame[Frame.headerSize...]) == seq, "\(id)")
+            #expect(Array(frame[Frame.headerSize...]).withUnsafeBytes { HubMessage.actionSeq($0) } == seq, "\(id)")
         }
         for other in [#"{"digest":"24a8c0dc4f401b6f","seq":6,"type":"checkpoint"}"#,
                       #"{"type":"action","seq":"7","origin":1,"id":1,"action":null}"#,
                       #"{"type":"action","seq":,"origin":1}"#, #"{"type":"action","seq":12"#,
                       #"{"type":"actions","seq":1,"origin":1,"id":1,"action":null}"#, ""] {
-            #expect(HubLoop.actionSeq(ArraySlice(Array(other.utf8))) == nil, "\(other)")
+            #expect(Array(other.utf8).withUnsafeBytes { HubMessage.actionSeq($0) } == nil, "\(other)")
         }
     }
 

@@ -789,7 +789,7 @@ final class HubLoop {
             let length = frames.withUnsafeBufferPointer { Frame.announcedLength(in: $0, at: offset) }
             let payload = frames[(offset + Frame.headerSize)..<min(frames.count, offset + Frame.headerSize + length)]
             offset += Frame.headerSize + length
-            guard let seq = Self.actionSeq(payload) else { continue }
+            guard let seq = payload.withUnsafeBytes({ HubMessage.actionSeq($0) }) else { continue }
             if count > 0 { actions.append(UInt8(ascii: ",")) }
             actions += payload
             last = seq
@@ -799,36 +799,6 @@ final class HubLoop {
         payload += actions
         payload += Array("]}".utf8)
         return Self.framed(payload)
-    }
-
-    /// The start of every `action` frame the hub writes (`Frame.appendActionEnvelope`): the
-    /// type, then the seq.
-    private static let actionFramePrefix: [UInt8] = Array(#"{"type":"action","seq":"#.utf8)
-
-    /// The seq of an `action` frame of the backlog, read from its first members only; `nil`
-    /// for any other frame (a `checkpoint`).
-    ///
-    /// Unlike ``HubMessage/actionEnvelope(_:)``, the replica's fast path, which takes only
-    /// integer ids and leaves every other frame to the parser, this never looks at the id:
-    /// `history` answers from these frames alone, with no slower path to fall back on.
-    ///
-    /// - Parameter payload: A frame's payload, as the backlog holds it.
-    /// - Returns: The action's seq, or `nil` when the payload is not an `action` frame.
-    internal static func actionSeq(_ payload: ArraySlice<UInt8>) -> UInt64? {
-        let prefix = actionFramePrefix
-        guard payload.count > prefix.count, payload.starts(with: prefix) else { return nil }
-        var index = payload.startIndex + prefix.count
-        var value: UInt64 = 0
-        var digits = 0
-        while index < payload.endIndex, payload[index] >= UInt8(ascii: "0"), payload[index] <= UInt8(ascii: "9") {
-            // The hub writes seqs below 2^53: 16 digits at most, so 19 never overflow.
-            guard digits < 19 else { return nil }
-            value = value * 10 + UInt64(payload[index] - UInt8(ascii: "0"))
-            digits += 1
-            index += 1
-        }
-        guard digits > 0, index < payload.endIndex, payload[index] == UInt8(ascii: ",") else { return nil }
-        return value
     }
 
     /// A `history` payload with its length header.
