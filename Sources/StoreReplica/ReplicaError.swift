@@ -57,8 +57,9 @@ public enum ReplicaError: Error, Sendable, Equatable, CustomStringConvertible {
 
 /// Something that happened on a replica's connection, in order.
 public enum ReplicaEvent<Action: Sendable>: Sendable {
-    /// The hub sequenced an action (from any replica, this one included) and it was applied here.
-    case action(seq: UInt64, origin: Int, id: DispatchID, action: Action, json: JSON)
+    /// The hub sequenced an action (from any replica, this one included) and it was applied
+    /// here; `stamp` says when the hub sequenced it and what its origin is called.
+    case action(seq: UInt64, origin: Int, id: DispatchID, action: Action, json: JSON, stamp: ActionStamp)
     /// The hub refused a dispatch of this replica.
     case rejected(id: DispatchID, error: WireError)
     /// The connection dropped, is being re-established, or is back (see ``ConnectionChange``).
@@ -83,6 +84,8 @@ public struct AppliedAction<Action: Sendable>: Sendable {
     public let id: DispatchID
     /// The action, decoded.
     public let action: Action
+    /// When the hub sequenced it, and its origin's name (metadata the reducer never sees).
+    public let stamp: ActionStamp
 
     /// Creates the report of an applied action.
     ///
@@ -91,11 +94,13 @@ public struct AppliedAction<Action: Sendable>: Sendable {
     ///   - origin: The dispatching replica.
     ///   - id: The dispatcher's id.
     ///   - action: The action.
-    @inlinable public init(seq: UInt64, origin: Int, id: DispatchID, action: Action) {
+    ///   - stamp: When it was sequenced, and its origin's name.
+    @inlinable public init(seq: UInt64, origin: Int, id: DispatchID, action: Action, stamp: ActionStamp = .none) {
         self.seq = seq
         self.origin = origin
         self.id = id
         self.action = action
+        self.stamp = stamp
     }
 }
 

@@ -10,16 +10,33 @@ struct ActionFilter: Sendable {
     var origins: Set<Int>?
 
     /// Whether no filter is set.
-    var isEmpty: Bool { typeGlob == nil && origins == nil }
+    var isEmpty: Bool { typeGlob == nil && origins == nil && originNames == nil }
+
+    /// The origin names whose actions are printed (`--origin alice`), if limited; compared by
+    /// Unicode scalars.
+    var originNames: Set<JSONKey>?
+
+    /// Whether a sequenced action is printed.
+    ///
+    /// - Parameter sequenced: The action.
+    /// - Returns: `true` when it passes every filter set.
+    func passes(_ sequenced: SequencedAction) -> Bool {
+        passes(sequenced.action, origin: sequenced.origin, name: sequenced.stamp.originName)
+    }
 
     /// Whether an action is printed.
     ///
     /// - Parameters:
     ///   - action: The action's JSON.
     ///   - origin: The replica that dispatched it.
+    ///   - name: Its origin's name, if it gave one.
     /// - Returns: `true` when it passes every filter set.
-    func passes(_ action: JSON, origin: Int) -> Bool {
-        if let origins, !origins.contains(origin) { return false }
+    func passes(_ action: JSON, origin: Int, name: String? = nil) -> Bool {
+        if origins != nil || originNames != nil {
+            let byID = origins?.contains(origin) ?? false
+            let byName = name.map { originNames?.contains(JSONKey($0)) ?? false } ?? false
+            guard byID || byName else { return false }
+        }
         if let typeGlob {
             guard let type = action["type"]?.stringValue, Self.matches(type, glob: typeGlob) else { return false }
         }

@@ -34,7 +34,7 @@ enum GenericClient {
             fail("watch --diff runs the app's reducer, and the hub's app \"\(app)\" is not built into \(ReplicaCommand.program); use your app's own CLI", status: 2)
         }
         if command == "watch" { ReplicaCommand.exitOnTerminationSignal() }
-        try connection.send(.hello(protocolVersion: 1, app: app, fingerprint: nil, name: options.name ?? ReplicaCommand.program))
+        try connection.send(.hello(protocolVersion: 1, app: app, fingerprint: nil, name: options.name))
         let welcome: Welcome
         switch try connection.receive() {
         case .welcome(let value): welcome = value
@@ -50,7 +50,7 @@ enum GenericClient {
                 try connection.send(.dispatch(id: id, action: action))
                 while true {
                     switch try connection.receive(timeoutMilliseconds: 60_000) {
-                    case .action(let seq, let origin, let got, _) where got == id && origin == welcome.replica:
+                    case .action(let seq, let origin, let got, _, _) where got == id && origin == welcome.replica:
                         Console.out("\(seq)")
                     case .duplicate(let got, let seq) where got == id:
                         Console.out("\(seq)")
@@ -66,10 +66,11 @@ enum GenericClient {
             }
         default:  // watch
             while true {
-                switch try connection.receive(timeoutMilliseconds: -1) {
-                case .action(let seq, let origin, let id, let action):
-                    guard options.filter.passes(action, origin: origin) else { continue }
-                    Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
+                let message = try connection.receive(timeoutMilliseconds: -1)
+                switch message {
+                case .action:
+                    guard let sequenced = SequencedAction(message), options.filter.passes(sequenced) else { continue }
+                    Console.out(sequenced.json().canonicalString)
                 case .error(let error):
                     throw .hub(error)
                 default:
@@ -88,9 +89,9 @@ enum GenericClient {
     ///   - options: The command line (`--from`, `--to` in ``Options/arguments``).
     static func history(over connection: HubConnection, options: Options) throws(ReplicaError) {
         let (from, end) = try historyRange(over: connection, options: options)
-        try actions(over: connection, from: from, through: end, name: options.name) { seq, origin, id, action in
-            guard options.filter.passes(action, origin: origin) else { return }
-            Console.out(JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString)
+        try actions(over: connection, from: from, through: end, name: options.name) { sequenced in
+            guard options.filter.passes(sequenced) else { return }
+            Console.out(sequenced.json().canonicalString)
         }
     }
 
@@ -129,15 +130,15 @@ enum GenericClient {
     ///   - last: The last seq (sequenced already).
     ///   - name: The replica's name, for the older hub's log.
     ///   - older: The message when they are not kept (`nil`: the hub's own).
-    ///   - each: Called with each action's seq, origin, id and JSON, in order.
+    ///   - each: Called with each action, in order.
     static func actions(over connection: HubConnection, from: UInt64, through last: UInt64, name: String?, older: String? = nil,
-                        each: (UInt64, Int, DispatchID, JSON) -> Void) throws(ReplicaError) {
+                        each: (SequencedAction) -> Void) throws(ReplicaError) {
         guard from <= last else { return }
         var next = from
         do throws(ReplicaError) {
             while true {
                 let page = try connection.history(from: next, to: last)
-                for case .action(let seq, let origin, let id, let action) in page.actions { each(seq, origin, id, action) }
+                for sequenced in page.actions.compactMap(SequencedAction.init) { each(sequenced) }
                 guard page.to < last, page.to >= next else { return }
                 next = page.to + 1
             }
@@ -165,9 +166,9 @@ enum GenericClient {
     ///   - fingerprint: The app's fingerprint, when this program has the app.
     ///   - name: The replica's name.
     ///   - older: The message (exit 1) when the window no longer reaches `from`.
-    ///   - each: Called with each action's seq, origin, id and JSON, in order.
+    ///   - each: Called with each action, in order.
     static func replay(over connection: HubConnection, status: HubStatus, from: UInt64, through last: UInt64, fingerprint: String?,
-                       name: String?, older: String, each: (UInt64, Int, DispatchID, JSON) -> Void) throws(ReplicaError) {
+                       name: String?, older: String, each: (SequencedAction) -> Void) throws(ReplicaError) {
         guard let historyID = status.history else { throw .protocolViolation("the hub's status has no history id") }
         try connection.send(.hello(protocolVersion: 1, app: status.app, fingerprint: fingerprint, name: name ?? ReplicaCommand.program,
                                    resume: ResumePoint(history: historyID, seq: from - 1)))
@@ -182,9 +183,10 @@ enum GenericClient {
             throw .protocolViolation("the hub's first answer to hello was not a welcome")
         }
         while true {
-            switch try connection.receive(timeoutMilliseconds: 60_000) {
-            case .action(let seq, let origin, let id, let action):
-                each(seq, origin, id, action)
+            let message = try connection.receive(timeoutMilliseconds: 60_000)
+            switch message {
+            case .action(let seq, _, _, _, _):
+                if let sequenced = SequencedAction(message) { each(sequenced) }
                 if seq >= last { return }
             case .error(let error):
                 throw .hub(error)

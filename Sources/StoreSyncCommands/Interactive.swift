@@ -32,13 +32,17 @@ struct Interactive<App: SyncApp> {
         // Actions replayed while the link comes back (a resume) are printed after its "link
         // back" line, which the library reports once the replay is over.
         let held = HeldLines()
+        // For :history and :diff (the state before the first action recorded: this one, since
+        // nothing is applied before reading starts).
+        let seen = SeenActions(app: app, start: replica.store.state)
         let token = replica.observeEvents { event in
             switch event {
-            case .action(let seq, let origin, let id, _, let action):
-                let line = json
-                    ? JSON.object(["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]).canonicalString
-                    // Own: any replica id this replica held in this history (they change on reconnect).
-                    : "#\(seq) from replica \(origin)\(replica.isOwn(origin: origin) ? " (you)" : ""): \(action.canonicalString)"
+            case .action(let seq, let origin, let id, let decoded, let action, let stamp):
+                let sequenced = SequencedAction(seq: seq, origin: origin, id: id, action: action, stamp: stamp)
+                // Own: any replica id this replica held in this history (they change on reconnect).
+                let own = replica.isOwn(origin: origin)
+                seen.record(.init(sequenced: sequenced, action: decoded, own: own))
+                let line = json ? sequenced.json().canonicalString : sequenced.text(own: own)
                 if case .reconnecting = replica.linkState {
                     held.hold(line)
                 } else {
@@ -57,7 +61,11 @@ struct Interactive<App: SyncApp> {
                     Console.out(line)
                 }
                 switch change {
-                case .resumed, .rehydrated: for line in held.take() { Console.out(line) }
+                case .resumed: for line in held.take() { Console.out(line) }
+                case .rehydrated:
+                    // The state was replaced, not changed by actions: diffs start again from it.
+                    seen.restart(at: replica.store.state)
+                    for line in held.take() { Console.out(line) }
                 default: break
                 }
             case .hubLog(let available, let reason):
@@ -77,7 +85,7 @@ struct Interactive<App: SyncApp> {
         // On a terminal (and not --json), lines are edited in place, with history and Tab
         // completion; otherwise read as they come.
         let editor = json ? nil : LineEditor.start(prompt: "> ", historyPath: LineEditor.defaultHistoryPath(name: "attach-history"),
-                                                   completions: [":state", ":digest", ":status", ":help", ":quit"] + Self.shorthandWords)
+                                                   completions: [":state", ":digest", ":status", ":history", ":diff", ":help", ":quit"] + Self.shorthandWords)
         defer { editor?.close() }
         replica.startReading()
         while let line = editor.map({ $0.readLine() }) ?? readLine(strippingNewline: true) {
@@ -91,11 +99,15 @@ struct Interactive<App: SyncApp> {
                 }
                 continue
             }
+            if trimmed.hasPrefix(":history") || trimmed.hasPrefix(":diff") {
+                showSeen(trimmed, seen: seen)
+                continue
+            }
             switch trimmed {
             case ":quit", ":q":
                 return
             case ":help":
-                Console.out("commands: :state  :digest  :status  :help  :quit\nactions (JSON or shorthand):\n\(App.commandHelp)")
+                Console.out(Self.helpText)
             case ":state":
                 Console.out(app.encodeState(replica.store.state).prettyString)
             case ":digest":
@@ -146,7 +158,52 @@ struct Interactive<App: SyncApp> {
     }
 
     /// `attach`'s own commands (and their short forms).
-    static var colonCommands: [String] { [":state", ":digest", ":status", ":help", ":quit", ":q"] }
+    static var colonCommands: [String] { [":state", ":digest", ":status", ":history", ":diff", ":help", ":quit", ":q"] }
+
+    /// What `:help` prints.
+    static var helpText: String {
+        """
+        commands: :state  :digest  :status  :history [N]  :diff [SEQ]  :help  :quit
+          :history [N]   the last N actions seen here (default 20, at most 1000), with when
+                         the hub sequenced them and who dispatched them
+          :diff [SEQ]    the JSON Patch action SEQ made to the state (default: the newest),
+                         for any of the last 1000 actions seen here
+        actions (JSON or shorthand):
+        \(App.commandHelp)
+        """
+    }
+
+    /// `:history [N]` and `:diff [SEQ]` (their arguments were checked).
+    private func showSeen(_ line: String, seen: SeenActions<App>) {
+        let words = line.split(separator: " ", omittingEmptySubsequences: true)
+        let argument = words.count > 1 ? UInt64(words[1]) : nil
+        if words.first == ":history" {
+            let entries = seen.newest(Int(min(argument ?? 20, UInt64(seen.capacity))))
+            if json {
+                Console.out(JSON.object(["type": "history", "actions": .array(entries.map { $0.sequenced.json() })]).canonicalString)
+            } else if entries.isEmpty {
+                Console.out("no action has been sequenced since this replica attached (or re-hydrated)")
+            } else {
+                for entry in entries { Console.out(entry.sequenced.text(own: entry.own, time: true)) }
+            }
+            return
+        }
+        switch seen.diff(argument) {
+        case .patch(let entry, let patch):
+            if json {
+                Console.out(JSON.object(["type": "diff", "seq": JSON(entry.sequenced.seq), "patch": .array(patch)]).canonicalString)
+            } else {
+                Console.out(entry.sequenced.text(own: entry.own, time: true))
+                Console.out("patch: \(JSON.array(patch).canonicalString)")
+            }
+        case .unavailable(let reason):
+            if json {
+                Console.out(JSON.object(["type": "error", "error": ["code": "bad-command", "message": .string(reason)]]).canonicalString)
+            } else {
+                Console.out("error: \(reason)")
+            }
+        }
+    }
 
     /// What is wrong with a line that starts with `:`, if anything: an unknown command (with
     /// the nearest one), or words after a command that takes none.
@@ -159,6 +216,14 @@ struct Interactive<App: SyncApp> {
         guard colonCommands.contains(first) else {
             let near = nearestWord(first, among: colonCommands)
             return "unknown command \"\(ControlCharacters.escaped(first))\"\(near.map { "; did you mean \($0)?" } ?? ""); :help lists the commands"
+        }
+        if first == ":history" || first == ":diff" {
+            let what = first == ":history" ? "a count" : "a seq"
+            guard words.count <= 2 else { return "\(first) takes at most one argument, \(what)" }
+            if words.count == 2, UInt64(words[1]).map({ $0 >= 1 }) != true {
+                return "\(first) takes \(what) (a whole number from 1), not \"\(ControlCharacters.escaped(String(words[1])))\""
+            }
+            return nil
         }
         guard words.count == 1 else { return "\(first) takes no arguments (got \"\(ControlCharacters.escaped(words.dropFirst().joined(separator: " ")))\")" }
         return nil

@@ -62,18 +62,21 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              with the app's reducer from the hub's resume window (it must
                              still start at seq 1; otherwise exit 1 saying so: use
                              hubd --export DIR --at SEQ on the hub's data directory).
-      watch [--diff] [--type GLOB] [--origin N[,N…]]
+      watch [--diff] [--type GLOB] [--origin N|NAME[,…]]
                              Print every sequenced action as one JSON line (NDJSON):
-                             {"action":…,"id":…,"origin":…,"seq":…}, until SIGINT or SIGTERM
-                             (exit 0); rides through hub restarts, or with --no-reconnect ends
-                             when the hub goes (exit 1). With --diff each line also carries
-                             "patch": the RFC 6902 JSON Patch the action made to the state
-                             (add/remove/replace, computed here by the app's reducer).
-                             --type GLOB prints only actions whose "type" matches (* and ?),
-                             --origin only those dispatched by these replica ids.
+                             {"action":…,"id":…,"origin":…,"origin_name":…,"seq":…,"time":…},
+                             until SIGINT or SIGTERM (exit 0); "origin_name" is the name the
+                             dispatching replica gave (absent if none), "time" when the hub
+                             sequenced it (RFC 3339, UTC). Rides through hub restarts, or with
+                             --no-reconnect ends when the hub goes (exit 1). With --diff each
+                             line also carries "patch": the RFC 6902 JSON Patch the action made
+                             to the state (add/remove/replace, computed here by the app's
+                             reducer). --type GLOB prints only actions whose "type" matches
+                             (* and ?), --origin only those dispatched by these replica ids or
+                             names.
       status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
                              attached replicas). With --json print the hub's status message.
-      history --from A [--to B] [--diff] [--type GLOB] [--origin N[,N…]]
+      history --from A [--to B] [--diff] [--type GLOB] [--origin N|NAME[,…]]
                              Print the sequenced actions A…B (B: the hub's seq by default) as
                              NDJSON lines, as watch does, from the hub's resume window (at
                              least the last 10000 actions); older ones: exit 1 saying so (read
@@ -179,12 +182,16 @@ func parseOptions(apps: [any SyncApp]) -> Options {
         case "--diff": options.diff = true
         case "--type": options.filter.typeGlob = value(argument)
         case "--origin":
+            // Replica ids and names: a word of digits is an id, anything else a name.
             let text = value(argument)
-            let ids = text.split(separator: ",").map { Int($0) }
-            guard !ids.isEmpty, ids.allSatisfy({ ($0 ?? -1) >= 0 }) else {
-                fail("--origin needs replica ids, e.g. --origin 3 or --origin 3,7, got \"\(ControlCharacters.escaped(text))\"", status: 2)
+            let words = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+            guard !words.isEmpty, words.allSatisfy({ !$0.isEmpty }) else {
+                fail("--origin needs replica ids or names, e.g. --origin 3, --origin 3,7 or --origin alice, got \"\(ControlCharacters.escaped(text))\"", status: 2)
             }
-            options.filter.origins = Set(ids.compactMap { $0 })
+            let ids = words.compactMap { word in word.allSatisfy(\.isASCII) ? Int(word).flatMap { $0 >= 0 ? $0 : nil } : nil }
+            let names = words.filter { word in !(word.allSatisfy(\.isASCII) && Int(word).map { $0 >= 0 } == true) }
+            options.filter.origins = ids.isEmpty ? nil : Set(ids)
+            options.filter.originNames = names.isEmpty ? nil : Set(names.map { JSONKey($0) })
         case "--at":
             guard let seq = UInt64(value(argument)) else { fail("--at needs a seq (a whole number)", status: 2) }
             options.at = seq
@@ -396,12 +403,12 @@ public enum ReplicaCommand {
             defer { subscription?.cancel() }
             let token = replica.observeEvents { event in
                 switch event {
-                case .action(let seq, let origin, let id, _, let json):
-                    var line: [JSONKey: JSON] = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": json]
+                case .action(let seq, let origin, let id, _, let json, let stamp):
+                    let sequenced = SequencedAction(seq: seq, origin: origin, id: id, action: json, stamp: stamp)
                     // The patch is taken for every action (the diffs go in step), printed only if it passes.
-                    if let diffs { line["patch"] = .array(diffs.nextPatch()) }
-                    guard options.filter.passes(json, origin: origin) else { break }
-                    Console.out(JSON.object(line).canonicalString)
+                    let patch = diffs?.nextPatch()
+                    guard options.filter.passes(sequenced) else { break }
+                    Console.out(sequenced.json(patch: patch).canonicalString)
                 case .connection(let change):
                     if case .rehydrated = change { diffs?.restart(at: app.encodeState(replica.store.state)) }
                     // stdout stays one action per line; the link's story goes to stderr.
@@ -463,8 +470,8 @@ public enum ReplicaCommand {
     static func rebuild<App: SyncApp>(_ app: App, through seq: UInt64, over connection: HubConnection, options: Options,
                                       older: String) throws(ReplicaError) -> App.State {
         var state = app.initialState
-        try GenericClient.actions(over: connection, from: 1, through: seq, name: options.name, older: older) { got, _, _, json in
-            apply(app, json, seq: got, to: &state)
+        try GenericClient.actions(over: connection, from: 1, through: seq, name: options.name, older: older) { sequenced in
+            apply(app, sequenced.action, seq: sequenced.seq, to: &state)
         }
         return state
     }
@@ -488,14 +495,12 @@ public enum ReplicaCommand {
         var state = try rebuild(app, through: from - 1, over: connection, options: options,
                                 older: "history --diff needs the state before seq \(from), rebuilt from seq 1, and the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); use history without --diff, watch --diff while actions flow, or hubd --export DIR --at \(from - 1) on its data directory")
         var before = app.encodeState(state)
-        try GenericClient.actions(over: connection, from: from, through: end, name: options.name) { seq, origin, id, json in
-            apply(app, json, seq: seq, to: &state)
+        try GenericClient.actions(over: connection, from: from, through: end, name: options.name) { sequenced in
+            apply(app, sequenced.action, seq: sequenced.seq, to: &state)
             let after = app.encodeState(state)
             defer { before = after }
-            guard options.filter.passes(json, origin: origin) else { return }
-            let line: JSON = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": json,
-                              "patch": .array(JSONPatch.diff(from: before, to: after))]
-            Console.out(line.canonicalString)
+            guard options.filter.passes(sequenced) else { return }
+            Console.out(sequenced.json(patch: JSONPatch.diff(from: before, to: after)).canonicalString)
         }
     }
 

@@ -218,7 +218,20 @@ private final class HarnessRun<App: SyncApp>: Sendable {
     }
 
     func fail(_ message: String) -> ConvergenceHarness<App>.Failure {
-        .init(seed: harness.seed, message: message)
+        .init(seed: harness.seed, message: message + hubLogTails())
+    }
+
+    /// The last lines each hub logged, for a failure's message.
+    private func hubLogTails() -> String {
+        sockets.indices.compactMap { index -> String? in
+            guard let data = FileManager.default.contents(atPath: directory.appendingPathComponent("hub\(index).log").path) else { return nil }
+            let lines = String(decoding: data, as: UTF8.self).split(separator: "\n").suffix(8)
+            // What the hub says of itself now (its log's health, each replica's lag).
+            let status = (try? HubConnection.status(at: sockets[index])).map { status in
+                "\nhub \(index)'s status: seq \(status.seq), log \(status.log?.canonicalString ?? "-"), replicas \(status.replicas.map { "\($0.replica) lag \($0.lag ?? 0)" })"
+            } ?? "\nhub \(index) does not answer status"
+            return "\nhub \(index)'s last lines:\n  " + lines.joined(separator: "\n  ") + status
+        }.joined()
     }
 
     /// Kills every process by PID and removes the directory.
@@ -259,7 +272,13 @@ private final class HarnessRun<App: SyncApp>: Sendable {
             }
         }
         process.arguments = arguments + harness.hubArguments
-        process.standardError = FileHandle.nullDevice
+        // Its log, appended across restarts, for a failure's message (the directory goes at the end).
+        let logPath = directory.appendingPathComponent("hub\(index).log").path
+        if !FileManager.default.fileExists(atPath: logPath) { _ = FileManager.default.createFile(atPath: logPath, contents: nil) }
+        let log = FileHandle(forWritingAtPath: logPath)
+        _ = try? log?.seekToEnd()
+        process.standardError = log ?? FileHandle.nullDevice
+        defer { try? log?.close() }
         try process.run()
         track(process)
         let deadline = ContinuousClock.now + .seconds(30)
@@ -397,9 +416,9 @@ private final class HarnessRun<App: SyncApp>: Sendable {
             // An action's outcome: sequenced as its own, or refused by the reducer.
             while replica.events().filter(\.isOwn).count + replica.refused < sent {
                 guard ContinuousClock.now < deadline else {
-                    throw fail("replica \(index) had \(replica.events().filter(\.isOwn).count) of \(sent) actions sequenced and \(replica.refused) refused after 120 s; stderr: \(replica.errors.suffix(3))")
+                    throw fail("replica \(index) had \(replica.events().filter(\.isOwn).count) of \(sent) actions sequenced and \(replica.refused) refused after 120 s; \(replica.story)")
                 }
-                guard replica.process.isRunning else { throw fail("replica \(index) exited: \(replica.errors.suffix(3))") }
+                guard replica.process.isRunning else { throw fail("replica \(index) exited: \(replica.story)") }
                 try await Task.sleep(for: .milliseconds(10))
             }
         }
@@ -438,11 +457,17 @@ private final class ReplicaProcess: @unchecked Sendable {
         /// `rejected` lines whose code says the reducer refused (`rejected`, `bad-action`).
         var refused = 0
         var partial: [UInt8] = []
+        /// The latest lines that were not actions (the link's story, digests, errors), for a
+        /// failure's message.
+        var news: [String] = []
+        /// The latest lines of standard error.
+        var stderr: [UInt8] = []
     }
 
     let process = Process()
     private let input = Pipe()
     private let output = Pipe()
+    private let errorOutput = Pipe()
     private let lock = NSLock()
     private var state = State()
 
@@ -451,7 +476,16 @@ private final class ReplicaProcess: @unchecked Sendable {
         process.arguments = ["--socket", socket, "--name", name, "--json", "attach"]
         process.standardInput = input
         process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
+        process.standardError = errorOutput
+        errorOutput.fileHandleForReading.readabilityHandler = { [weak self] handle in
+            let data = handle.availableData
+            if data.isEmpty { handle.readabilityHandler = nil }
+            guard let self else { return }
+            self.lock.withLock {
+                self.state.stderr.append(contentsOf: data)
+                if self.state.stderr.count > 4096 { self.state.stderr.removeFirst(self.state.stderr.count - 4096) }
+            }
+        }
         output.fileHandleForReading.readabilityHandler = { [weak self] handle in
             let data = handle.availableData
             // End of file: stop being called (an empty read would repeat forever).
@@ -462,6 +496,15 @@ private final class ReplicaProcess: @unchecked Sendable {
     }
 
     var errors: [String] { lock.withLock { state.errors } }
+
+    /// What to show of this process when a run fails: its latest errors, the latest lines that
+    /// were not actions, and the end of its standard error.
+    var story: String {
+        lock.withLock {
+            let stderr = String(decoding: state.stderr, as: UTF8.self).split(separator: "\n").suffix(5)
+            return "errors: \(state.errors.suffix(3)); last news: \(state.news.suffix(6)); last action seen: \(state.events.last.map { "seq \($0.seq ?? 0) from \($0.origin ?? -1)" } ?? "none"); stderr: \(Array(stderr))"
+        }
+    }
 
     var divergences: [String] { lock.withLock { state.divergences } }
 
@@ -488,6 +531,10 @@ private final class ReplicaProcess: @unchecked Sendable {
 
     /// Called under `lock`.
     private func handle(_ json: JSON) {
+        if json["type"] != nil {
+            state.news.append(json.canonicalString)
+            if state.news.count > 20 { state.news.removeFirst(state.news.count - 20) }
+        }
         switch json["type"]?.stringValue {
         case "attached"?:
             state.attached = true

@@ -18,6 +18,25 @@ public enum LogTimestamp {
         return format(seconds: Int(spec.tv_sec), milliseconds: Int(spec.tv_nsec) / 1_000_000)
     }
 
+    /// The current wall-clock time in milliseconds since 1970-01-01T00:00:00Z (what a hub
+    /// stamps a sequenced action with).
+    ///
+    /// - Returns: The time; 0 on a clock before 1970.
+    public static func milliseconds() -> Int64 {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME, &spec)
+        return max(0, Int64(spec.tv_sec) &* 1000 &+ Int64(spec.tv_nsec) / 1_000_000)
+    }
+
+    /// A time in milliseconds since the Unix epoch, formatted (a stamp's `time`).
+    ///
+    /// - Parameter milliseconds: The time.
+    /// - Returns: The timestamp.
+    public static func format(milliseconds: Int64) -> String {
+        let (seconds, rest) = milliseconds.quotientAndRemainder(dividingBy: 1000)
+        return rest >= 0 ? format(seconds: Int(seconds), milliseconds: Int(rest)) : format(seconds: Int(seconds) - 1, milliseconds: Int(rest) + 1000)
+    }
+
     /// A time, formatted.
     ///
     /// - Parameters:

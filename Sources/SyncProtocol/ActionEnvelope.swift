@@ -8,6 +8,8 @@ public struct ActionEnvelope: Sendable, Equatable {
     public var origin: Int
     /// The dispatcher's id (an integer on this path).
     public var id: Int
+    /// When it was sequenced and its origin's name, when the frame has them.
+    public var stamp: ActionStamp
     /// Where the action's value is in the payload: up to, not including, the closing `}`.
     /// Whether it is exactly one JSON value is not checked here.
     public var action: Range<Int>
@@ -15,8 +17,9 @@ public struct ActionEnvelope: Sendable, Equatable {
 
 extension HubMessage {
     /// Finds the parts of an `action` frame written the way the hub writes it —
-    /// `{"type":"action","seq":S,"origin":O,"id":I,"action":A}`, members in that order, integer
-    /// `seq`/`origin`/`id` — without parsing: the replica's hot path. The action's bytes still
+    /// `{"type":"action","seq":S,"origin":O,"id":I,"origin_name":N,"time":T,"action":A}`, members
+    /// in that order (`origin_name` and `time` each optional, a name without escapes), integer
+    /// `seq`/`origin`/`id`/`time` — without parsing: the replica's hot path. The action's bytes still
     /// have to be read as one value (``fastAction(_:)`` parses them; an app may decode them
     /// directly); if they are not one value (an extra member after the action), the frame is
     /// read with ``init(json:)``.
@@ -27,10 +30,19 @@ extension HubMessage {
         var cursor = 0
         guard expect(#"{"type":"action","seq":"#, in: payload, at: &cursor), let seq = integer(in: payload, at: &cursor),
               expect(#","origin":"#, in: payload, at: &cursor), let origin = integer(in: payload, at: &cursor),
-              expect(#","id":"#, in: payload, at: &cursor), let id = integer(in: payload, at: &cursor),
-              expect(#","action":"#, in: payload, at: &cursor),
+              expect(#","id":"#, in: payload, at: &cursor), let id = integer(in: payload, at: &cursor) else { return nil }
+        var stamp = ActionStamp.none
+        if expect(#","origin_name":""#, in: payload, at: &cursor) {
+            guard let name = plainString(in: payload, at: &cursor) else { return nil }
+            stamp.originName = name
+        }
+        if expect(#","time":"#, in: payload, at: &cursor) {
+            guard let time = integer(in: payload, at: &cursor) else { return nil }
+            stamp.time = Int64(time)
+        }
+        guard expect(#","action":"#, in: payload, at: &cursor),
               payload.count - cursor >= 2, payload[payload.count - 1] == UInt8(ascii: "}") else { return nil }
-        return ActionEnvelope(seq: UInt64(seq), origin: origin, id: id, action: cursor..<(payload.count - 1))
+        return ActionEnvelope(seq: UInt64(seq), origin: origin, id: id, stamp: stamp, action: cursor..<(payload.count - 1))
     }
 
     /// The seq of an `action` frame written the hub's way, read from its first members only;
@@ -65,13 +77,33 @@ extension HubMessage {
         guard let action = try? JSON(parsing: UnsafeRawBufferPointer(rebasing: payload[envelope.action]), maxDepth: 511) else {
             return nil
         }
-        return .action(seq: envelope.seq, origin: envelope.origin, id: .number(envelope.id), action: action)
+        return .action(seq: envelope.seq, origin: envelope.origin, id: .number(envelope.id), action: action, stamp: envelope.stamp)
     }
 
     /// Whether `literal` is at `cursor`; if so the cursor moves past it.
     @inline(__always)
     private static func expect(_ literal: StaticString, in payload: UnsafeRawBufferPointer, at cursor: inout Int) -> Bool {
         payload.matches(literal, at: &cursor)
+    }
+
+    /// The rest of a JSON string whose opening quote was read, when it holds no escape, no
+    /// control character and valid UTF-8 (else `nil`: the general path reads it); the cursor
+    /// moves past the closing quote.
+    private static func plainString(in payload: UnsafeRawBufferPointer, at cursor: inout Int) -> String? {
+        let start = cursor
+        while cursor < payload.count {
+            let byte = payload[cursor]
+            if byte == UInt8(ascii: "\"") {
+                guard let text = String(validating: UnsafeRawBufferPointer(rebasing: payload[start..<cursor]), as: UTF8.self) else {
+                    return nil
+                }
+                cursor += 1
+                return text
+            }
+            guard byte >= 0x20, byte != UInt8(ascii: "\\") else { return nil }
+            cursor += 1
+        }
+        return nil
     }
 
     /// A non-negative decimal integer without leading zeros, at most 2^53 − 1.

@@ -405,8 +405,9 @@ public struct Welcome: Sendable, Equatable {
 public enum HubMessage: Sendable, Equatable {
     /// Attached: the state as of `seq`, and this replica's id.
     case welcome(Welcome)
-    /// A sequenced action, sent to every attached replica including its origin.
-    case action(seq: UInt64, origin: Int, id: DispatchID, action: JSON)
+    /// A sequenced action, sent to every attached replica including its origin, with when it
+    /// was sequenced and its origin's name (``ActionStamp``, metadata a reducer never sees).
+    case action(seq: UInt64, origin: Int, id: DispatchID, action: JSON, stamp: ActionStamp = .none)
     /// The origin's dispatch `id` was refused; nothing was sequenced.
     case reject(id: DispatchID, error: WireError)
     /// A fatal error; the hub closes the connection after it.
@@ -443,8 +444,10 @@ public enum HubMessage: Sendable, Equatable {
             if let limit = welcome.maxFrameBytes { members["max_frame_bytes"] = JSON(limit) }
             if let history = welcome.history { members["history"] = .string(history) }
             return .object(members)
-        case .action(let seq, let origin, let id, let action):
-            return ["type": "action", "seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]
+        case .action(let seq, let origin, let id, let action, let stamp):
+            var members: [JSONKey: JSON] = ["type": "action", "seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]
+            stamp.write(into: &members)
+            return .object(members)
         case .reject(let id, let error):
             return ["type": "reject", "id": id.json, "error": error.json]
         case .error(let error):
@@ -557,7 +560,8 @@ public enum HubMessage: Sendable, Equatable {
                                     history: m["history"]?.stringValue))
         case "action":
             guard let action = m["action"] else { throw WireError(.badFrame, "action needs an \"action\"") }
-            self = .action(seq: try seq("seq"), origin: try int("origin"), id: try id(), action: action)
+            self = .action(seq: try seq("seq"), origin: try int("origin"), id: try id(), action: action,
+                           stamp: ActionStamp.read(from: m))
         case "reject":
             self = .reject(id: try id(), error: try error())
         case "error":
@@ -663,7 +667,9 @@ extension Frame {
     /// Appends one `action` frame to `buffer`, writing the envelope directly (no intermediate `JSON`).
     ///
     /// This is the hub's hot path: the envelope is encoded once and the same bytes go to
-    /// every replica. The payload is `{"type":"action","seq":…,"origin":…,"id":…,"action":…}`.
+    /// every replica. The payload is
+    /// `{"type":"action","seq":…,"origin":…,"id":…,"origin_name":…,"time":…,"action":…}`, the
+    /// stamp's members only when it has them.
     /// The canonical form can be longer than what the client sent (`1e20` is 21 digits), so the
     /// hub checks the result, not the input, against the frame limit.
     ///
@@ -672,23 +678,24 @@ extension Frame {
     ///   - origin: The dispatching replica.
     ///   - id: The origin's dispatch id.
     ///   - action: The action JSON.
+    ///   - stamp: When it was sequenced and its origin's name.
     ///   - buffer: Where the frame goes.
     /// - Returns: The payload's length in bytes.
     /// - Throws: ``FrameError/tooLarge(length:limit:)`` when the envelope is longer than
     ///   ``Frame/maxPayloadBytes``; `buffer` is then left as it was.
     @discardableResult
-    public static func appendActionEnvelope(seq: UInt64, origin: Int, id: DispatchID, action: JSON,
+    public static func appendActionEnvelope(seq: UInt64, origin: Int, id: DispatchID, action: JSON, stamp: ActionStamp = .none,
                                             to buffer: inout [UInt8]) throws(FrameError) -> Int {
-        try appendActionEnvelope(seq: seq, origin: origin, id: id, action: WireAction(action), to: &buffer)
+        try appendActionEnvelope(seq: seq, origin: origin, id: id, action: WireAction(action), stamp: stamp, to: &buffer)
     }
 
-    /// ``appendActionEnvelope(seq:origin:id:action:to:)`` for an action held as a
+    /// ``appendActionEnvelope(seq:origin:id:action:stamp:to:)`` for an action held as a
     /// ``WireAction``: canonical bytes are copied as they are.
     ///
     /// - Returns: The payload's length.
     /// - Throws: ``FrameError`` when the payload is larger than a frame can carry.
     @discardableResult
-    public static func appendActionEnvelope(seq: UInt64, origin: Int, id: DispatchID, action: WireAction,
+    public static func appendActionEnvelope(seq: UInt64, origin: Int, id: DispatchID, action: WireAction, stamp: ActionStamp = .none,
                                             to buffer: inout [UInt8]) throws(FrameError) -> Int {
         let start = buffer.count
         buffer.append(contentsOf: [0, 0, 0, 0])
@@ -701,6 +708,14 @@ extension Frame {
             writeInteger(number, orJSON: id.json, into: &buffer)
         } else {
             id.json.writeCanonical(into: &buffer)
+        }
+        if let name = stamp.originName {
+            _JSONWriter.appendStatic(#","origin_name":"#, to: &buffer)
+            JSON.string(name).writeCanonical(into: &buffer)
+        }
+        if let time = stamp.time {
+            _JSONWriter.appendStatic(#","time":"#, to: &buffer)
+            writeInteger(time >= 0 && time <= ActionStamp.maxTime ? Int(time) : nil, orJSON: .number(Double(time)), into: &buffer)
         }
         _JSONWriter.appendStatic(#","action":"#, to: &buffer)
         action.writeCanonical(into: &buffer)

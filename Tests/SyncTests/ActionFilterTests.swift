@@ -48,8 +48,10 @@ extension MultiProcessTests {
             let secondOrigin = try #require(origins.last)
             let mine = try await fixture.runCLI(["history", "--from", "1", "--origin", String(secondOrigin)])
             #expect(mine.out.count == 1 && mine.out.first?.contains(#""path":"/b""#) == true, "\(mine.out)")
-            let bad = try await fixture.runCLI(["history", "--from", "1", "--origin", "x"])
+            let bad = try await fixture.runCLI(["history", "--from", "1", "--origin", "3,,4"])
             #expect(bad.status == 2)
+            let nobody = try await fixture.runCLI(["history", "--from", "1", "--origin", "x"])
+            #expect(nobody.status == 0 && nobody.out.isEmpty, "a name no replica gave matches nothing: \(nobody.out)")
         }
     }
 }

@@ -84,12 +84,13 @@ extension MultiProcessTests {
             try await terminal.wait("the recalled line") { $0.hasSuffix("> set /a 2") || $0.contains("> set /a 2\u{1B}[K") }
             terminal.type("\u{01}\u{0B}set /c 3\r")
             try await waitUntil("set /c 3 to be applied") { try state() == #"{"a":2,"c":3}"# }
-            // Tab completes :sta to :stat (common to :state and :status), then :di to ":digest ".
+            // Tab completes :sta to :stat (common to :state and :status), then :dig to ":digest "
+            // (:di is :diff or :digest).
             terminal.type(":sta\t")
             try await terminal.wait("the common prefix") { $0.hasSuffix("> :stat\u{1B}[K") }
             terminal.type("e\r")
             try await terminal.wait(":state's output") { $0.contains("\"c\": 3") || $0.contains("\"c\":3") }
-            terminal.type(":di\t\r")
+            terminal.type(":dig\t\r")
             try await terminal.wait(":digest's output") { $0.contains("seq 2 digest ") }
             // Ctrl-C with a half-typed line clears it (nothing is sent), and attach goes on.
             terminal.type("set /d 4\u{03}")

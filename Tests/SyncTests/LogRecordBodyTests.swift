@@ -22,8 +22,11 @@ struct LogRecordBodyTests {
             let id: DispatchID = index % 3 == 0 ? .string("id-\(index)") : .number(index % 5 == 0 ? -index : index)
             let record = LogRecord(seq: UInt64(index + 1), origin: index % 7, id: id,
                                    session: index % 2 == 0 ? "session \(index)" : nil, action: action,
-                                   checkpoint: index % 4 == 0 ? "sha256:\(index)" : nil)
+                                   checkpoint: index % 4 == 0 ? "sha256:\(index)" : nil,
+                                   stamp: index % 3 == 1 ? ActionStamp(time: Int64(index) * 1_000 + 7, originName: index % 2 == 0 ? "näme \(index)" : nil) : .none)
             let body = record.body
+            // The body is the record's canonical JSON, stamp members in their sorted places.
+            #expect(body == Array(record.json.canonicalString.utf8))
             let general = try #require(Self.general(body))
             #expect(general == record)
             if let fast = Self.fast(body) {

@@ -126,7 +126,7 @@ struct ReplicaLibraryTests {
         try await a.dispatch(.toggle(id: "t3"))
         let first = try await withDeadline("the late joiner's first action event") { () -> (UInt64, TodosApp.Action)? in
             for await event in events {
-                if case .action(let seq, _, _, let action, _) = event { return (seq, action) }
+                if case .action(let seq, _, _, let action, _, _) = event { return (seq, action) }
             }
             return nil
         }

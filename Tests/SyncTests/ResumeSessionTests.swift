@@ -383,7 +383,7 @@ extension MultiProcessTests {
             let changes = Locked<[ConnectionChange]>([])
             let token = slow.observeEvents { event in
                 switch event {
-                case .action(let seq, _, _, _, _):
+                case .action(let seq, _, _, _, _, _):
                     // The first action blocks the reader: the replica stops reading.
                     if seqs.withLock({ $0.isEmpty }) { gate.wait() }
                     seqs.withLock { $0.append(seq) }
@@ -491,7 +491,7 @@ extension MultiProcessTests {
             let changes = Locked<[ConnectionChange]>([])
             let token = replica.observeEvents { event in
                 switch event {
-                case .action(let seq, _, _, _, _): seqs.withLock { $0.append(seq) }
+                case .action(let seq, _, _, _, _, _): seqs.withLock { $0.append(seq) }
                 case .connection(let change): changes.withLock { $0.append(change) }
                 default: break
                 }
@@ -681,7 +681,12 @@ extension MultiProcessTests {
             let json = try JSON(parsing: pointed.out.first ?? "")
             #expect(json["state"] == 7 && json["seq"] == 2 && json["digest"]?.stringValue?.count == 16, "\(pointed)")
             _ = try await watcher.waitForLine("the second action") { $0.contains(#""seq":2"#) }
-            #expect(watcher.lines.first == #"{"action":{"amount":5,"type":"add"},"id":1,"origin":2,"seq":1}"#, "\(watcher.lines)")
+            // The line as documented, with when the hub sequenced it (RFC 3339); the dispatching
+            // CLI gave no name (no --name), so none is shown.
+            var first = try JSON(parsing: watcher.lines.first ?? "").objectValue ?? [:]
+            #expect(first.removeValue(forKey: "time")?.stringValue?.hasSuffix("Z") == true, "\(watcher.lines)")
+            #expect(JSON.object(first).canonicalString
+                == #"{"action":{"amount":5,"type":"add"},"id":1,"origin":2,"seq":1}"#, "\(watcher.lines)")
             // The hub still validates: a refusal is reported with its code, exit 1.
             let refused = try await hub.fixture.runCLI(["dispatch", #"{"type":"jump"}"#])
             #expect(refused.status == 1 && refused.err.joined().contains("bad-action"), "\(refused)")

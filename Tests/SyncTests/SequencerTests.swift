@@ -1,6 +1,7 @@
 import BuiltinApps
 @testable import StoreHub
 import SyncCore
+import SyncLocks
 import Testing
 
 /// A shared log the test drives by hand: it records what the hub proposes and reports the
@@ -198,5 +199,34 @@ struct SequencerTests {
         _ = sequencer.pump(now: .now)
         #expect(sequencer.takeReplicaID() == block.lowerBound)
         #expect(block.lowerBound > Sequencer.replicaBlock)
+    }
+
+    @Test("a proposal is stamped once, with the injected wall clock and its origin's name; another hub's record keeps its own stamp; frames and records agree")
+    func stamps() throws {
+        let log = ScriptedLog()
+        let clock = Locked<Int64>(1_764_339_000_000)
+        let sequencer = try Sequencer(engine: HubEngine(app: JSONApp()), log: log, snapshotEvery: 1_000, backlogActions: 100,
+                                      backlogBytes: 1 << 20, checkpointEvery: 0, dedupWindow: 1_000,
+                                      wallClock: { clock.withLock { $0 += 5; return $0 } }, note: { _ in })
+        #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, originName: "alice", session: nil) == .proposed(1))
+        #expect(sequencer.dispatch(set("/b", 2), id: .number(2), origin: 2, session: nil) == .proposed(2))
+        #expect(log.proposals.map { $0.records.map(\.stamp) }
+            == [[ActionStamp(time: 1_764_339_000_005, originName: "alice")], [ActionStamp(time: 1_764_339_000_010)]])
+        log.pending = [.accepted(through: 2)]
+        _ = sequencer.pump(now: .now)
+        log.pending = [.appended(LogRecord(seq: 3, origin: 9_000, id: .number(1), action: set("/c", 3),
+                                           stamp: ActionStamp(time: 77, originName: "bob")))]
+        _ = sequencer.pump(now: .now)
+        #expect(sequencer.appliedSeq == 3)
+        let backlog = sequencer.backlog
+        let start = try #require(backlog.position(after: 0))
+        var decoder = FrameDecoder(maxPayloadBytes: 1 << 20)
+        decoder.append(backlog.copy(from: start, to: backlog.end))
+        var stamps: [ActionStamp] = []
+        while let frame = try decoder.nextFrame() {
+            if case .action(_, _, _, _, let stamp) = try HubMessage(json: JSON(parsing: frame)) { stamps.append(stamp) }
+        }
+        #expect(stamps == [ActionStamp(time: 1_764_339_000_005, originName: "alice"), ActionStamp(time: 1_764_339_000_010),
+                           ActionStamp(time: 77, originName: "bob")])
     }
 }

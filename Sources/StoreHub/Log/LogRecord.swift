@@ -4,8 +4,9 @@ import SyncCore
 /// (framed by ``JournalFormat``) and in a replicated log's message.
 ///
 /// The body is `{"action":…,"id":…,"origin":…,"seq":…}`, with `"session"` when the dispatch
-/// named one and `"checkpoint"` (the state's digest right after the action) when a checkpoint
-/// followed it; members sorted as RFC 8785 sorts them.
+/// named one, `"checkpoint"` (the state's digest right after the action) when a checkpoint
+/// followed it, and the stamp's `"time"` and `"origin_name"` when it has them; members sorted
+/// as RFC 8785 sorts them. A record written before stamps existed has none.
 package struct LogRecord: Sendable, Equatable {
     /// The sequence number.
     package var seq: UInt64
@@ -21,20 +22,23 @@ package struct LogRecord: Sendable, Equatable {
     package var action: JSON { wire.json }
     /// The state's digest right after this action, when a checkpoint followed it.
     package var checkpoint: String?
+    /// When it was sequenced and its origin's name (chosen once, by the proposing hub).
+    package var stamp: ActionStamp
 
     package init(seq: UInt64, origin: Int, id: DispatchID, session: String? = nil, action: JSON,
-                 checkpoint: String? = nil) {
-        self.init(seq: seq, origin: origin, id: id, session: session, wire: WireAction(action), checkpoint: checkpoint)
+                 checkpoint: String? = nil, stamp: ActionStamp = .none) {
+        self.init(seq: seq, origin: origin, id: id, session: session, wire: WireAction(action), checkpoint: checkpoint, stamp: stamp)
     }
 
     package init(seq: UInt64, origin: Int, id: DispatchID, session: String? = nil, wire: WireAction,
-                 checkpoint: String? = nil) {
+                 checkpoint: String? = nil, stamp: ActionStamp = .none) {
         self.seq = seq
         self.origin = origin
         self.id = id
         self.session = session
         self.wire = wire
         self.checkpoint = checkpoint
+        self.stamp = stamp
     }
 
     /// Appends the canonical body to `buffer`, without building a `JSON` object.
@@ -51,11 +55,19 @@ package struct LogRecord: Sendable, Equatable {
         id.json.writeCanonical(into: &buffer)
         buffer.append(contentsOf: #","origin":"#.utf8)
         JSON(origin).writeCanonical(into: &buffer)
+        if let name = stamp.originName {
+            buffer.append(contentsOf: #","origin_name":"#.utf8)
+            JSON.string(name).writeCanonical(into: &buffer)
+        }
         buffer.append(contentsOf: #","seq":"#.utf8)
         JSON(seq).writeCanonical(into: &buffer)
         if let session {
             buffer.append(contentsOf: #","session":"#.utf8)
             JSON.string(session).writeCanonical(into: &buffer)
+        }
+        if let time = stamp.time {
+            buffer.append(contentsOf: #","time":"#.utf8)
+            JSON.number(Double(time)).writeCanonical(into: &buffer)
         }
         buffer.append(UInt8(ascii: "}"))
     }
@@ -72,6 +84,7 @@ package struct LogRecord: Sendable, Equatable {
         var members: [JSONKey: JSON] = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": wire.json]
         if let session { members["session"] = .string(session) }
         if let checkpoint { members["checkpoint"] = .string(checkpoint) }
+        stamp.write(into: &members)
         return .object(members)
     }
 
@@ -86,7 +99,7 @@ package struct LogRecord: Sendable, Equatable {
     ///   member of an unexpected type): read it with ``init(json:)``, which decides the same.
     package init?(canonicalBody body: UnsafeRawBufferPointer) {
         var seq: UInt64?, origin: Int?, id: DispatchID?, action: [UInt8]?
-        var session: String?, checkpoint: String?
+        var session: String?, checkpoint: String?, stamp = ActionStamp.none
         func scalar(_ value: UnsafeRawBufferPointer) -> JSON? { try? JSON(parsing: value, maxDepth: 0) }
         let whole = CanonicalObjectReader.forEachMember(in: body) { name, value in
             if Self.name(name, is: "action") {
@@ -102,6 +115,12 @@ package struct LogRecord: Sendable, Equatable {
             } else if Self.name(name, is: "origin") {
                 guard let number = scalar(value)?.intValue else { return false }
                 origin = number
+            } else if Self.name(name, is: "origin_name") {
+                guard case .string(let text)? = scalar(value), !text.isEmpty else { return false }
+                stamp.originName = text
+            } else if Self.name(name, is: "time") {
+                guard let number = scalar(value)?.uint64Value, number <= UInt64(ActionStamp.maxTime) else { return false }
+                stamp.time = Int64(number)
             } else if Self.name(name, is: "seq") {
                 guard let number = scalar(value)?.intValue, number > 0 else { return false }
                 seq = UInt64(number)
@@ -114,7 +133,8 @@ package struct LogRecord: Sendable, Equatable {
             return true
         }
         guard whole, let seq, let origin, let id, let action else { return nil }
-        self.init(seq: seq, origin: origin, id: id, session: session, wire: WireAction(canonical: action), checkpoint: checkpoint)
+        self.init(seq: seq, origin: origin, id: id, session: session, wire: WireAction(canonical: action), checkpoint: checkpoint,
+                  stamp: stamp)
     }
 
     /// Whether a member name's bytes are `expected`.
@@ -133,6 +153,6 @@ package struct LogRecord: Sendable, Equatable {
             return nil
         }
         self.init(seq: UInt64(seq), origin: origin, id: id, session: json["session"]?.stringValue, action: action,
-                  checkpoint: json["checkpoint"]?.stringValue)
+                  checkpoint: json["checkpoint"]?.stringValue, stamp: json.objectValue.map(ActionStamp.read(from:)) ?? .none)
     }
 }

@@ -551,7 +551,7 @@ final class HubLoop {
             guard let origin = connection.attachedReplica else {
                 return (.reject(id, WireError(.notAttached, "the connection is no longer attached")), proposed, false)
             }
-            switch sequencer.dispatch(action, id: id, origin: origin, session: connection.session) {
+            switch sequencer.dispatch(action, id: id, origin: origin, originName: connection.state.name, session: connection.session) {
             case .proposed(let seq): return (.proposed, seq, false)
             case .refused(let error) where error.code == .unavailable: return (.reject(id, error), applied, true)
             case .refused(let error): return (.reject(id, error), proposed, false)

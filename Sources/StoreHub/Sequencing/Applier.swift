@@ -125,7 +125,7 @@ final class Applier {
         var frame: [UInt8] = []
         do throws(FrameError) {
             try Frame.appendActionEnvelope(seq: record.seq, origin: record.origin, id: record.id, action: record.wire,
-                                           to: &frame)
+                                           stamp: record.stamp, to: &frame)
             if let digest = record.checkpoint {
                 frame.append(contentsOf: try Frame.encode(HubMessage.checkpoint(seq: record.seq, digest: digest)))
             }

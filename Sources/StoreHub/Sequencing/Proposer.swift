@@ -91,9 +91,10 @@ final class Proposer {
     ///   - id: The dispatcher's id.
     ///   - origin: The dispatching replica.
     ///   - session: The dispatcher's session.
+    ///   - stamp: When it is sequenced and its origin's name.
     ///   - snapshotDigest: Serialises the speculative state and returns its digest (for a checkpoint).
     /// - Returns: What became of it, and the record to propose to the log.
-    func propose(_ action: WireAction, id: DispatchID, origin: Int, session: SessionEntry?,
+    func propose(_ action: WireAction, id: DispatchID, origin: Int, session: SessionEntry?, stamp: ActionStamp = .none,
                  snapshotDigest: () -> String) -> (Outcome, LogRecord?) {
         let next = seq + 1
         // The envelope is encoded before the reducer runs: its canonical form may be longer
@@ -101,7 +102,7 @@ final class Proposer {
         // before it changes the state.
         let start = frames.count
         do throws(FrameError) {
-            try Frame.appendActionEnvelope(seq: next, origin: origin, id: id, action: action, to: &frames)
+            try Frame.appendActionEnvelope(seq: next, origin: origin, id: id, action: action, stamp: stamp, to: &frames)
         } catch {
             return (.refused(WireError(.frameTooLarge, "the action's canonical form does not fit one frame (\(error.description)); split it into smaller actions")), nil)
         }
@@ -126,7 +127,8 @@ final class Proposer {
                 frames.append(contentsOf: bytes)
             }
         }
-        let record = LogRecord(seq: next, origin: origin, id: id, session: session?.name, wire: action, checkpoint: checkpoint)
+        let record = LogRecord(seq: next, origin: origin, id: id, session: session?.name, wire: action, checkpoint: checkpoint,
+                               stamp: stamp)
         inFlight.append(InFlight(record: record, session: session, frameStart: start, frameEnd: frames.count))
         session?.inFlight[id] = next
         return (.proposed(next), record)

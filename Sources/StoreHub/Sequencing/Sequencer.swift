@@ -1,4 +1,5 @@
 import SyncCore
+import SyncPOSIX
 
 /// The single order of actions, over a ``HubLog``: the ``Proposer`` (de-duplication and
 /// validation against the speculative state), the ``Applier`` (the only code that advances
@@ -41,6 +42,9 @@ final class Sequencer {
     /// Twice ``checkpointInterval``: a quiet spell this long starts a new flow. Computed once
     /// (`Duration * Int` goes through `Int128` and cost 400 instructions per dispatch).
     private let quietSpell: Duration
+    /// The wall clock, in milliseconds since the Unix epoch, that stamps each proposal (tests
+    /// inject one).
+    private let wallClock: @Sendable () -> Int64
     /// When the last time-due checkpoint was asked for, or the current flow of actions began.
     @exclusivity(unchecked) private var lastCheckpointAt = ContinuousClock.now
     /// When the last dispatch was judged (a gap of an interval ends a flow).
@@ -68,8 +72,10 @@ final class Sequencer {
     /// - Throws: ``StorageError`` when the log cannot be opened or its contents do not apply.
     init(engine: HubEngine, log: any HubLog, snapshotEvery: Int, backlogActions: Int, backlogBytes: Int,
          checkpointEvery: Int, checkpointInterval: Duration? = nil, dedupWindow: Int,
+         wallClock: @escaping @Sendable () -> Int64 = LogTimestamp.milliseconds,
          note: @escaping @Sendable (String) -> Void) throws(StorageError) {
         self.engine = engine
+        self.wallClock = wallClock
         self.checkpointInterval = checkpointInterval.flatMap { $0 > .zero ? $0 : nil }
         self.quietSpell = (self.checkpointInterval ?? .zero) * 2
         self.log = log
@@ -143,13 +149,14 @@ final class Sequencer {
     ///   - session: The dispatcher's session.
     /// - Returns: `proposed` (acknowledged later by its `action` frame), `refused`, or
     ///   `duplicate` with the original's seq (which may still be in flight).
-    func dispatch(_ action: JSON, id: DispatchID, origin: Int, session: SessionEntry?) -> Proposer.Outcome {
-        dispatch(WireAction(action), id: id, origin: origin, session: session)
+    ///   - originName: The dispatching replica's name (`""`: none), kept in the action's stamp.
+    func dispatch(_ action: JSON, id: DispatchID, origin: Int, originName: String = "", session: SessionEntry?) -> Proposer.Outcome {
+        dispatch(WireAction(action), id: id, origin: origin, originName: originName, session: session)
     }
 
-    /// ``dispatch(_:id:origin:session:)`` for an action held as a ``WireAction`` (a canonical
-    /// dispatch's bytes, forwarded as they are).
-    func dispatch(_ action: WireAction, id: DispatchID, origin: Int, session: SessionEntry?) -> Proposer.Outcome {
+    /// ``dispatch(_:id:origin:originName:session:)`` for an action held as a ``WireAction`` (a
+    /// canonical dispatch's bytes, forwarded as they are).
+    func dispatch(_ action: WireAction, id: DispatchID, origin: Int, originName: String = "", session: SessionEntry?) -> Proposer.Outcome {
         let session = session.map { applier.currentSession($0) }
         if let original = proposer.duplicate(session: session, id: id) {
             return .duplicate(original)
@@ -170,7 +177,9 @@ final class Sequencer {
             lastDispatchAt = now
         }
         let expecting = proposer.seq
-        let (outcome, record) = proposer.propose(action, id: id, origin: origin, session: session,
+        // The stamp is chosen here, once: the log keeps it, so every hub serves the same one.
+        let stamp = ActionStamp(time: wallClock(), originName: originName)
+        let (outcome, record) = proposer.propose(action, id: id, origin: origin, session: session, stamp: stamp,
                                                  snapshotDigest: { speculativeSnapshot().digest })
         if let record { log.propose([record], expectingLast: expecting, epoch: proposer.epoch) }
         return outcome
