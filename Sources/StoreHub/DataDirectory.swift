@@ -40,7 +40,8 @@ public enum DataDirectory {
     /// `{"type":"history",…}` line, the journal records kept before the newest snapshot, the
     /// snapshot (`{"type":"snapshot","seq":…,"digest":…,"state":…}`), then every record after
     /// it. Each record is `{"type":"action","seq":…,"origin":…,"id":…,"action":…}` with
-    /// `"session"` and `"checkpoint"` when it has them. Read-only: nothing is repaired or
+    /// `"session"`, `"checkpoint"` and its stamp (`"time"` in milliseconds since the Unix
+    /// epoch, `"origin_name"`) when it has them. Read-only: nothing is repaired or
     /// locked (a running hub may be appending meanwhile; the export ends where it read).
     ///
     /// - Parameters:
@@ -59,6 +60,7 @@ public enum DataDirectory {
                                             "id": record.id.json, "action": record.action]
             if let session = record.session { members["session"] = .string(session) }
             if let checkpoint = record.checkpoint { members["checkpoint"] = .string(checkpoint) }
+            record.stamp.write(into: &members)
             return .object(members)
         }
         for record in start.window where record.seq <= (start.snapshot?.seq ?? 0) { write(line(record)) }
