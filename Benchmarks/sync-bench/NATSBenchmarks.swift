@@ -10,42 +10,84 @@ import Glibc
 import Darwin
 #endif
 
-/// A `nats-server -js` of the bench's own, on a free loopback port with a temporary store.
+/// A `nats-server -js` of the bench's own, on a free loopback port with a temporary store; or
+/// three of them, a JetStream cluster on loopback (each with its own client and cluster port
+/// and store), for streams with three replicas.
 final class BenchNATS {
-    let process = Process()
-    let port: Int
+    let processes: [Process]
+    let ports: [Int]
     let directory: String
+    /// The first server's client port.
+    var port: Int { ports[0] }
+    /// The stream replicas this bench's streams get (1, or 3 on a cluster).
+    var streamReplicas: Int { ports.count }
 
-    /// Starts one, or returns `nil` when `nats-server` is not installed.
-    init?() throws {
+    /// Starts one server (`servers: 1`) or a cluster of `servers`, or returns `nil` when
+    /// `nats-server` is not installed.
+    init?(servers: Int = 1) throws {
         // The documented choice first (`.ci/run` sets it to the pinned server), then PATH.
         let chosen = ProcessInfo.processInfo.environment["STORESYNC_NATS_SERVER"].flatMap { $0.isEmpty ? nil : $0 }
         guard let path = chosen ?? findOnPath("nats-server") else { return nil }
-        port = try Self.freePort()
+        let clients = try (0..<servers).map { _ in try Self.freePort() }
+        let routes = try (0..<servers).map { _ in try Self.freePort() }
+        ports = clients
         directory = NSTemporaryDirectory() + "sync-bench-nats-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", directory]
-        process.standardError = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        let deadline = ContinuousClock.now + .seconds(10)
-        while true {
-            if let fd = try? TCPSocket.connect(host: "127.0.0.1", port: port, timeoutMilliseconds: 200) {
-                UnixSocket.close(fd)
-                break
+        var started: [Process] = []
+        for index in 0..<servers {
+            let store = directory + "/n\(index)"
+            try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: path)
+            var arguments = ["-js", "-a", "127.0.0.1", "-p", String(clients[index]), "-sd", store, "-n", "bench-\(index)"]
+            if servers > 1 {
+                arguments += ["--cluster_name", "sync-bench", "--cluster", "nats://127.0.0.1:\(routes[index])",
+                              "--routes", routes.map { "nats://127.0.0.1:\($0)" }.joined(separator: ",")]
             }
-            guard ContinuousClock.now < deadline else { throw SystemError("nats-server did not start on port \(port)") }
-            usleep(20_000)
+            process.arguments = arguments
+            process.standardError = FileHandle.nullDevice
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            started.append(process)
+        }
+        processes = started
+        let deadline = ContinuousClock.now + .seconds(30)
+        for port in clients {
+            while true {
+                if let fd = try? TCPSocket.connect(host: "127.0.0.1", port: port, timeoutMilliseconds: 200) {
+                    UnixSocket.close(fd)
+                    break
+                }
+                guard ContinuousClock.now < deadline else {
+                    stop()
+                    throw SystemError("nats-server did not start on port \(port)")
+                }
+                usleep(20_000)
+            }
+        }
+        if servers > 1 { try waitForJetStream(deadline: deadline) }
+    }
+
+    /// Waits until the cluster's JetStream answers (it elects a meta leader first).
+    private func waitForJetStream(deadline: ContinuousClock.Instant) throws {
+        while true {
+            if let connection = try? NATSConnection.connect(servers: ["127.0.0.1:\(port)"], name: "sync-bench") {
+                defer { connection.close() }
+                if (try? connection.jetStream("INFO", nil)) != nil { return }
+            }
+            guard ContinuousClock.now < deadline else {
+                stop()
+                throw SystemError("the nats-server cluster did not elect a JetStream leader within 30 s")
+            }
+            usleep(100_000)
         }
     }
 
     /// `nats://127.0.0.1:PORT/STREAM` for a stream of this name.
-    func url(stream: String) -> String { "nats://127.0.0.1:\(port)/\(stream)" }
+    func url(stream: String) -> String { "nats://" + ports.map { "127.0.0.1:\($0)" }.joined(separator: ",") + "/" + stream }
 
     func stop() {
-        process.terminate()
-        process.waitUntilExit()
+        for process in processes where process.isRunning { process.terminate() }
+        for process in processes { process.waitUntilExit() }
         try? FileManager.default.removeItem(atPath: directory)
     }
 
@@ -70,6 +112,7 @@ func sharedLog(_ nats: BenchNATS, stream: String) throws -> SharedLogConfigurati
     case .success(var configuration):
         // Records tagged as in production (HMAC-SHA-256 under a key the hubs share).
         configuration.keys = try LogKeys.parse(Array("sync-bench-log-key-0123456789abcdef0123456789".utf8), source: "the bench").get()
+        configuration.replicas = nats.streamReplicas
         return configuration
     case .failure(let error): throw SystemError(error.message)
     }
@@ -84,7 +127,7 @@ func natsPublishBaseline(_ nats: BenchNATS, messages: Int, window: Int = dispatc
     let stream = "BASE\(UInt32.random(in: 0...UInt32.max))"
     _ = try connection.jetStream("STREAM.CREATE." + stream, [
         "name": .string(stream), "subjects": .array([.string("bench.\(stream)")]), "storage": "file",
-        "num_replicas": 1, "retention": "limits", "discard": "old",
+        "num_replicas": JSON(nats.streamReplicas), "retention": "limits", "discard": "old",
     ])
     let payload = try benchEnvelope()
     let acks = connection.newInbox()
@@ -104,7 +147,7 @@ func natsPublishBaseline(_ nats: BenchNATS, messages: Int, window: Int = dispatc
     }
     let elapsed = nanoseconds(ContinuousClock.now - start)
     _ = try? connection.jetStream("STREAM.DELETE." + stream, nil)
-    return Result(scenario: "nats.publish", params: [("window", JSON(window)), ("replicas", 1)],
+    return Result(scenario: "nats.publish", params: [("window", JSON(window)), ("stream_replicas", JSON(nats.streamReplicas))],
                   metrics: [("messages_per_s", Double(messages) / elapsed * 1e9), ("messages", Double(messages))])
 }
 
@@ -132,6 +175,6 @@ func hubThroughputNATS(_ nats: BenchNATS, hubs count: Int, replicas: Int, action
     // The CPU figures count the hubs (this process) and the replicas, not nats-server.
     return Result(scenario: "hub.throughput",
                   params: [("replicas", JSON(replicas)), ("app", "json"), ("fsync", "nats"), ("hubs", JSON(count)),
-                           ("stalled", 0), ("window", JSON(dispatchWindow))],
+                           ("stream_replicas", JSON(nats.streamReplicas)), ("stalled", 0), ("window", JSON(dispatchWindow))],
                   metrics: try timedRun(workers, actions: total))
 }

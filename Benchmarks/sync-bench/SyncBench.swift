@@ -43,7 +43,9 @@ let usage = """
                         stream by the hub's own NATS client, 256 unacknowledged at most, no
                         expectations (skipped without a nats-server: $STORESYNC_NATS_SERVER, else PATH)
       hub.throughput    (fsync=nats) N = 4 replicas over 1 hub and over 3 hubs on one stream of a
-                        local nats-server; hub.latency (log=nats) unloaded
+                        local nats-server, then 3 hubs on a stream with 3 replicas on a 3-node
+                        cluster on loopback (stream_replicas=3, with its own nats.publish);
+                        hub.latency (log=nats) unloaded
       hub.rss           the hub's resident memory: at rest, with 64 idle replicas, after 1,000,000
                         actions, after 1,000,000 actions with 63 of 64 replicas not reading, and
                         with a 10 MiB state and 50 joiners that never read their welcome (welcome50)
@@ -97,6 +99,8 @@ struct SyncBench {
             var result = measured
             let replicas = result.params.first { $0.0 == "replicas" }?.1.intValue ?? 0
             func param(_ name: String) -> String? { result.params.first { $0.0 == name }?.1.stringValue }
+            // The stream replicas of a shared-log scenario: its nats.publish baseline is the one on as many.
+            let streamReplicas = result.params.first { $0.0 == "stream_replicas" }?.1.intValue ?? 1
             func ratio(to key: String, as name: String) {
                 if let baseline = baselines[key], baseline > 0 { result.ratios.append((name, result.value / baseline)) }
             }
@@ -113,10 +117,10 @@ struct SyncBench {
                 baselines["redis/\(replicas)"] = result.value
                 ratio(to: "raw/\(replicas)", as: "raw.throughput")
             case "nats.publish":
-                baselines["nats"] = result.value
+                baselines["nats/\(streamReplicas)"] = result.value
             case "hub.throughput":
                 if param("fsync") == "nats" {
-                    ratio(to: "nats", as: "nats.publish")
+                    ratio(to: "nats/\(streamReplicas)", as: "nats.publish")
                     ratio(to: "hub/\(replicas)", as: "hub.throughput (memory)")
                 } else if param("app") == "codable-counter" {
                     ratio(to: "hub/\(replicas)", as: "hub.throughput (json app)")
@@ -200,6 +204,13 @@ struct SyncBench {
                     if wanted("hub.latency") || natsOnly {
                         report(try await hubLatency(replicas: 4, samples: quick ? 300 : 3_000, loadRate: 0, label: "unloaded",
                                                     log: try sharedLog(nats, stream: "LAT\(UInt32.random(in: 0...UInt32.max))")))
+                    }
+                    // Three hubs on a stream with three replicas, on a 3-node cluster on loopback:
+                    // every record is committed by a quorum before any hub applies it.
+                    if wanted("hub.throughput") || natsOnly, let cluster = try BenchNATS(servers: 3) {
+                        defer { cluster.stop() }
+                        report(try natsPublishBaseline(cluster, messages: quick ? 10_000 : 100_000))
+                        report(try hubThroughputNATS(cluster, hubs: 3, replicas: 4, actions: quick ? 10_000 : 50_000))
                     }
                 } else {
                     Console.error("sync-bench: nats.publish and the shared-log scenarios skipped: no nats-server (set STORESYNC_NATS_SERVER, or put nats-server 2.10.23 or later on PATH; bash .ci/run installs 2.12.8 in .build)")

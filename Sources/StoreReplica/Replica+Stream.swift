@@ -105,12 +105,12 @@ extension Replica {
         if let envelope = HubMessage.actionEnvelope(frame) {
             let bytes = UnsafeRawBufferPointer(rebasing: frame[envelope.action])
             if let action = app.decodeAction(canonical: bytes, maxDepth: 511) {
-                return applied(seq: envelope.seq, origin: envelope.origin, id: .number(envelope.id), stamp: envelope.stamp, action: action,
+                return applied(seq: envelope.seq, origin: envelope.origin, id: .number(envelope.id), stamp: { envelope.stamp(in: frame) }, action: action,
                                json: { (try? JSON(parsing: bytes, maxDepth: 511)) ?? app.encodeAction(action) },
                                apply: apply, deliveries: &deliveries)
             }
             if let json = try? JSON(parsing: bytes, maxDepth: 511) {
-                return applied(seq: envelope.seq, origin: envelope.origin, id: .number(envelope.id), stamp: envelope.stamp, json: json,
+                return applied(seq: envelope.seq, origin: envelope.origin, id: .number(envelope.id), stamp: envelope.stamp(in: frame), json: json,
                                apply: apply, deliveries: &deliveries)
             }
         }
@@ -197,17 +197,18 @@ extension Replica {
             guard seq == expected else { return .protocolViolation("expected seq \(expected), got \(seq)") }
             return .diverged("sequenced action \(seq) does not decode here: \(error.message)")
         }
-        return applied(seq: seq, origin: origin, id: id, stamp: stamp, action: action, json: { json }, apply: apply, deliveries: &deliveries)
+        return applied(seq: seq, origin: origin, id: id, stamp: { stamp }, action: action, json: { json }, apply: apply, deliveries: &deliveries)
     }
 
     /// Applies one sequenced action and queues what follows it (the dispatcher's answer, the
     /// observers' reports); returns a reason to stop, or `nil`.
     ///
     /// - Parameters:
-    ///   - stamp: When the hub sequenced it and its origin's name.
+    ///   - stamp: When the hub sequenced it and its origin's name, asked for only when an
+    ///     observer wants it.
     ///   - json: The action's JSON, asked for only when an event observer wants it.
     @inlinable
-    func applied(seq: UInt64, origin: Int, id: DispatchID, stamp: ActionStamp, action: App.Action, json: () -> JSON,
+    func applied(seq: UInt64, origin: Int, id: DispatchID, stamp: () -> ActionStamp, action: App.Action, json: () -> JSON,
                  apply: (App.Action) throws(App.Failure) -> Void, deliveries: inout Deliveries) -> ReplicaError? {
         let expected = lastSeq.load(ordering: .relaxed) + 1
         guard seq == expected else {
@@ -230,10 +231,10 @@ extension Replica {
             deliveries.steps.append(.acknowledged(ack, seq))
         }
         if !deliveries.observers.isEmpty {
-            deliveries.steps.append(.event(deliveries.observers, .action(seq: seq, origin: origin, id: id, action: action, json: json(), stamp: stamp)))
+            deliveries.steps.append(.event(deliveries.observers, .action(seq: seq, origin: origin, id: id, action: action, json: json(), stamp: stamp())))
         }
         if !deliveries.actionObservers.isEmpty {
-            deliveries.steps.append(.applied(AppliedAction(seq: seq, origin: origin, id: id, action: action, stamp: stamp)))
+            deliveries.steps.append(.applied(AppliedAction(seq: seq, origin: origin, id: id, action: action, stamp: stamp())))
         }
         return nil
     }

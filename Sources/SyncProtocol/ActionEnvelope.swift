@@ -8,11 +8,26 @@ public struct ActionEnvelope: Sendable, Equatable {
     public var origin: Int
     /// The dispatcher's id (an integer on this path).
     public var id: Int
-    /// When it was sequenced and its origin's name, when the frame has them.
-    public var stamp: ActionStamp
+    /// When it was sequenced (milliseconds since the Unix epoch), when the frame says.
+    public var time: Int64?
+    /// Where the origin's name is in the payload (the string's bytes, without quotes), when
+    /// the frame has one; read it with ``stamp(in:)``, only when it is needed.
+    public var originName: Range<Int>?
     /// Where the action's value is in the payload: up to, not including, the closing `}`.
     /// Whether it is exactly one JSON value is not checked here.
     public var action: Range<Int>
+
+    /// The stamp: the time, and the origin's name decoded from the payload.
+    ///
+    /// - Parameter payload: The frame's payload this envelope was found in.
+    /// - Returns: The stamp (a name that is not valid UTF-8 is left out).
+    public func stamp(in payload: UnsafeRawBufferPointer) -> ActionStamp {
+        let name = originName.flatMap { range -> String? in
+            guard range.lowerBound >= 0, range.upperBound <= payload.count else { return nil }
+            return String(validating: UnsafeRawBufferPointer(rebasing: payload[range]), as: UTF8.self)
+        }
+        return ActionStamp(time: time, originName: name)
+    }
 }
 
 extension HubMessage {
@@ -31,18 +46,20 @@ extension HubMessage {
         guard expect(#"{"type":"action","seq":"#, in: payload, at: &cursor), let seq = integer(in: payload, at: &cursor),
               expect(#","origin":"#, in: payload, at: &cursor), let origin = integer(in: payload, at: &cursor),
               expect(#","id":"#, in: payload, at: &cursor), let id = integer(in: payload, at: &cursor) else { return nil }
-        var stamp = ActionStamp.none
+        var originName: Range<Int>?
+        var time: Int64?
         if expect(#","origin_name":""#, in: payload, at: &cursor) {
             guard let name = plainString(in: payload, at: &cursor) else { return nil }
-            stamp.originName = name
+            originName = name
         }
         if expect(#","time":"#, in: payload, at: &cursor) {
-            guard let time = integer(in: payload, at: &cursor) else { return nil }
-            stamp.time = Int64(time)
+            guard let value = integer(in: payload, at: &cursor) else { return nil }
+            time = Int64(value)
         }
         guard expect(#","action":"#, in: payload, at: &cursor),
               payload.count - cursor >= 2, payload[payload.count - 1] == UInt8(ascii: "}") else { return nil }
-        return ActionEnvelope(seq: UInt64(seq), origin: origin, id: id, stamp: stamp, action: cursor..<(payload.count - 1))
+        return ActionEnvelope(seq: UInt64(seq), origin: origin, id: id, time: time, originName: originName,
+                              action: cursor..<(payload.count - 1))
     }
 
     /// The seq of an `action` frame written the hub's way, read from its first members only;
@@ -77,7 +94,8 @@ extension HubMessage {
         guard let action = try? JSON(parsing: UnsafeRawBufferPointer(rebasing: payload[envelope.action]), maxDepth: 511) else {
             return nil
         }
-        return .action(seq: envelope.seq, origin: envelope.origin, id: .number(envelope.id), action: action, stamp: envelope.stamp)
+        return .action(seq: envelope.seq, origin: envelope.origin, id: .number(envelope.id), action: action,
+                       stamp: envelope.stamp(in: payload))
     }
 
     /// Whether `literal` is at `cursor`; if so the cursor moves past it.
@@ -86,19 +104,16 @@ extension HubMessage {
         payload.matches(literal, at: &cursor)
     }
 
-    /// The rest of a JSON string whose opening quote was read, when it holds no escape, no
-    /// control character and valid UTF-8 (else `nil`: the general path reads it); the cursor
-    /// moves past the closing quote.
-    private static func plainString(in payload: UnsafeRawBufferPointer, at cursor: inout Int) -> String? {
+    /// Where the rest of a JSON string whose opening quote was read lies, when it holds no
+    /// escape and no control character (else `nil`: the general path reads it); the cursor
+    /// moves past the closing quote. Its UTF-8 is checked when it is decoded.
+    private static func plainString(in payload: UnsafeRawBufferPointer, at cursor: inout Int) -> Range<Int>? {
         let start = cursor
         while cursor < payload.count {
             let byte = payload[cursor]
             if byte == UInt8(ascii: "\"") {
-                guard let text = String(validating: UnsafeRawBufferPointer(rebasing: payload[start..<cursor]), as: UTF8.self) else {
-                    return nil
-                }
-                cursor += 1
-                return text
+                defer { cursor += 1 }
+                return start..<cursor
             }
             guard byte >= 0x20, byte != UInt8(ascii: "\\") else { return nil }
             cursor += 1

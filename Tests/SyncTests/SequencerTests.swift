@@ -209,15 +209,20 @@ struct SequencerTests {
                                       backlogBytes: 1 << 20, checkpointEvery: 0, dedupWindow: 1_000,
                                       wallClock: { clock.withLock { $0 += 5; return $0 } }, note: { _ in })
         #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, originName: "alice", session: nil) == .proposed(1))
+        // Judged in the same pass: the clock is read once for both.
         #expect(sequencer.dispatch(set("/b", 2), id: .number(2), origin: 2, session: nil) == .proposed(2))
         #expect(log.proposals.map { $0.records.map(\.stamp) }
-            == [[ActionStamp(time: 1_764_339_000_005, originName: "alice")], [ActionStamp(time: 1_764_339_000_010)]])
+            == [[ActionStamp(time: 1_764_339_000_005, originName: "alice")], [ActionStamp(time: 1_764_339_000_005)]])
         log.pending = [.accepted(through: 2)]
         _ = sequencer.pump(now: .now)
-        log.pending = [.appended(LogRecord(seq: 3, origin: 9_000, id: .number(1), action: set("/c", 3),
+        #expect(sequencer.dispatch(set("/d", 4), id: .number(3), origin: 2, session: nil) == .proposed(3))
+        #expect(log.proposals.last?.records.map(\.stamp) == [ActionStamp(time: 1_764_339_000_010)], "the next pass reads it again")
+        log.pending = [.accepted(through: 3)]
+        _ = sequencer.pump(now: .now)
+        log.pending = [.appended(LogRecord(seq: 4, origin: 9_000, id: .number(1), action: set("/c", 3),
                                            stamp: ActionStamp(time: 77, originName: "bob")))]
         _ = sequencer.pump(now: .now)
-        #expect(sequencer.appliedSeq == 3)
+        #expect(sequencer.appliedSeq == 4)
         let backlog = sequencer.backlog
         let start = try #require(backlog.position(after: 0))
         var decoder = FrameDecoder(maxPayloadBytes: 1 << 20)
@@ -226,7 +231,7 @@ struct SequencerTests {
         while let frame = try decoder.nextFrame() {
             if case .action(_, _, _, _, let stamp) = try HubMessage(json: JSON(parsing: frame)) { stamps.append(stamp) }
         }
-        #expect(stamps == [ActionStamp(time: 1_764_339_000_005, originName: "alice"), ActionStamp(time: 1_764_339_000_010),
-                           ActionStamp(time: 77, originName: "bob")])
+        #expect(stamps == [ActionStamp(time: 1_764_339_000_005, originName: "alice"), ActionStamp(time: 1_764_339_000_005),
+                           ActionStamp(time: 1_764_339_000_010), ActionStamp(time: 77, originName: "bob")])
     }
 }

@@ -45,6 +45,9 @@ final class Sequencer {
     /// The wall clock, in milliseconds since the Unix epoch, that stamps each proposal (tests
     /// inject one).
     private let wallClock: @Sendable () -> Int64
+    /// The wall clock read once per pass (dispatches judged in one pass share it: a pass
+    /// takes well under a millisecond, and the clock is read once, not per action).
+    @exclusivity(unchecked) private var passWallTime: Int64?
     /// When the last time-due checkpoint was asked for, or the current flow of actions began.
     @exclusivity(unchecked) private var lastCheckpointAt = ContinuousClock.now
     /// When the last dispatch was judged (a gap of an interval ends a flow).
@@ -178,7 +181,14 @@ final class Sequencer {
         }
         let expecting = proposer.seq
         // The stamp is chosen here, once: the log keeps it, so every hub serves the same one.
-        let stamp = ActionStamp(time: wallClock(), originName: originName)
+        let time: Int64
+        if let passWallTime {
+            time = passWallTime
+        } else {
+            time = wallClock()
+            passWallTime = time
+        }
+        let stamp = ActionStamp(time: time, originName: originName)
         let (outcome, record) = proposer.propose(action, id: id, origin: origin, session: session, stamp: stamp,
                                                  snapshotDigest: { speculativeSnapshot().digest })
         if let record { log.propose([record], expectingLast: expecting, epoch: proposer.epoch) }
@@ -207,6 +217,7 @@ final class Sequencer {
     /// - Returns: What the event loop must act on.
     func pump(now: ContinuousClock.Instant) -> PumpResult {
         var result = PumpResult()
+        passWallTime = nil
         var appliedForeign = false
         log.flush()
         events.removeAll(keepingCapacity: true)
