@@ -244,7 +244,11 @@ private final class HarnessRun<App: SyncApp>: Sendable {
             } ?? "\nhub \(index) does not answer status"
             let later = hubPIDs.withLock { $0[index] }.map { pid -> String in
                 usleep(500_000)
-                return "; CPU 0.5 s later \(Self.cpuTicks(of: pid)) ticks"
+                // Asked again: a lag the first question cleared is a hub that was not woken.
+                let again = (try? HubConnection.status(at: sockets[index])).map { status in
+                    "seq \(status.seq), replicas \(status.replicas.map { "\($0.replica) lag \($0.lag ?? 0)" })"
+                } ?? "no answer"
+                return "; 0.5 s later CPU \(Self.cpuTicks(of: pid)) ticks, status \(again)"
             } ?? ""
             return "\nhub \(index)'s last lines:\n  " + lines.joined(separator: "\n  ") + status + later
         }.joined()

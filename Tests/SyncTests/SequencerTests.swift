@@ -234,4 +234,18 @@ struct SequencerTests {
         #expect(stamps == [ActionStamp(time: 1_764_339_000_005, originName: "alice"), ActionStamp(time: 1_764_339_000_005),
                            ActionStamp(time: 1_764_339_000_010), ActionStamp(time: 77, originName: "bob")])
     }
+
+    @Test("a proposal waits for the next pump's group commit, and says so, so the event loop does not sleep on it")
+    func unflushedProposals() throws {
+        let log = ScriptedLog()
+        let sequencer = try sequencer(log)
+        #expect(!sequencer.hasUnflushedProposals)
+        #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, session: nil) == .proposed(1))
+        #expect(sequencer.hasUnflushedProposals, "proposed, not yet committed: the loop must pump again at once")
+        _ = sequencer.pump(now: .now)
+        #expect(!sequencer.hasUnflushedProposals)
+        // Refused: nothing to commit.
+        #expect(sequencer.dispatch(["type": "nope"], id: .number(2), origin: 1, session: nil) != .proposed(2))
+        #expect(!sequencer.hasUnflushedProposals)
+    }
 }

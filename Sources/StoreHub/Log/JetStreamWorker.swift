@@ -43,6 +43,12 @@ extension JetStreamLog {
         /// The hub seq of the oldest action the stream still holds (0: none yet).
         var firstSeq: UInt64 = 0
         var inDoubt = false
+        /// Proposal batches sent and not yet read back (or voided).
+        var proposals = 0
+        /// Messages read and held until this hub's oldest proposal is acknowledged.
+        var held = 0
+        /// Reading record by record from the stream's leader (no consumer).
+        var polling = false
     }
 
     /// The worker thread that owns the NATS connection, and the queues it shares with the hub.
@@ -175,7 +181,9 @@ extension JetStreamLog {
                     "first_seq": JSON(facts.firstSeq), "read_seq": JSON(facts.readSeq),
                     "stream_last_seq": JSON(facts.streamLast), "stream_read_seq": JSON(facts.streamRead),
                     "skipped": JSON(facts.skipped), "authenticated": .bool(configuration.keys.isAuthenticated),
-                    "shared_snapshot_seq": JSON(facts.sharedSnapshotSeq), "in_doubt": .bool(facts.inDoubt)]
+                    "shared_snapshot_seq": JSON(facts.sharedSnapshotSeq), "in_doubt": .bool(facts.inDoubt),
+                    "proposals": JSON(facts.proposals), "held": JSON(facts.held),
+                    "reading": .string(facts.polling ? "record by record" : "consumer")]
         }
 
         /// Reserves replica ids (the worker does the compare-and-set; this thread waits).
@@ -678,6 +686,12 @@ extension JetStreamLog {
             if !outgoing.isEmpty {
                 worker.post(outgoing)
                 outgoing.removeAll(keepingCapacity: true)
+            }
+            if facts.proposals != pending.count || facts.held != held.count || facts.polling != polling {
+                facts.proposals = pending.count
+                facts.held = held.count
+                facts.polling = polling
+                factsChanged = true
             }
             if factsChanged {
                 factsChanged = false

@@ -150,7 +150,9 @@ final class HubLoop {
                 fail(connection, WireError(.timeout, "no complete hello, status or sync (or half a frame held) for \(configuration.idleTimeout) (--idle-timeout); connect again and send a whole frame"))
             }
             idle.removeAll(keepingCapacity: true)
-            var timeout: Int32 = framesWaiting ? 0 : (timers ? 100 : -1)
+            // Proposals judged in the last round of the previous pass are committed by the
+            // next pass's pump: it runs at once.
+            var timeout: Int32 = framesWaiting || sequencer.hasUnflushedProposals ? 0 : (timers ? 100 : -1)
             if let deadline = sequencer.log.nextDeadline { timeout = Self.sooner(timeout, until: deadline, now: now) }
             if let watchdogInterval { timeout = Self.sooner(timeout, until: lastWatchdog + watchdogInterval, now: now) }
             let ready = poll(&pollSet, nfds_t(pollSet.count), timeout)
@@ -240,7 +242,8 @@ final class HubLoop {
                                       judge: judge, deliverNow: deliverNow)
             }
             release()
-            // Proposals made while judging again are committed in this same pass.
+            // Proposals made while judging again are committed in this same pass (after the
+            // fourth round, by the next pass, which then runs without waiting).
             guard sequencer.inFlightCount > before || (sequencer.inFlightCount > 0 && !sequencer.log.isShared) else { break }
         }
     }

@@ -48,6 +48,10 @@ final class Sequencer {
     /// The wall clock read once per pass (dispatches judged in one pass share it: a pass
     /// takes well under a millisecond, and the clock is read once, not per action).
     @exclusivity(unchecked) private var passWallTime: Int64?
+    /// Proposals handed to the log since its last group commit (``pump(now:)`` commits them):
+    /// while any are, the event loop must run another pass at once, not sleep, or they would
+    /// wait for the next client or log event (a pass judges again at most a few rounds).
+    @exclusivity(unchecked) private(set) var hasUnflushedProposals = false
     /// When the last time-due checkpoint was asked for, or the current flow of actions began.
     @exclusivity(unchecked) private var lastCheckpointAt = ContinuousClock.now
     /// When the last dispatch was judged (a gap of an interval ends a flow).
@@ -191,7 +195,10 @@ final class Sequencer {
         let stamp = ActionStamp(time: time, originName: originName)
         let (outcome, record) = proposer.propose(action, id: id, origin: origin, session: session, stamp: stamp,
                                                  snapshotDigest: { speculativeSnapshot().digest })
-        if let record { log.propose([record], expectingLast: expecting, epoch: proposer.epoch) }
+        if let record {
+            log.propose([record], expectingLast: expecting, epoch: proposer.epoch)
+            hasUnflushedProposals = true
+        }
         return outcome
     }
 
@@ -220,6 +227,7 @@ final class Sequencer {
         passWallTime = nil
         var appliedForeign = false
         log.flush()
+        hasUnflushedProposals = false
         events.removeAll(keepingCapacity: true)
         log.poll(into: &events)
         for event in events {
