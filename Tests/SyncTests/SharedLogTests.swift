@@ -423,3 +423,37 @@ extension MultiProcessTests {
         }
     }
 }
+
+extension MultiProcessTests.SharedLogTests {
+    @Test("an action's stamp is chosen once, by the hub that sequenced it: the other hub broadcasts and answers history with the same time and origin name")
+    func stampsAreShared() async throws {
+        let fixture = try Fixture()
+        defer { fixture.shutdown() }
+        let nats = try NATSServer(fixture: fixture)
+        try await nats.start()
+        let hubs = SharedHubs(fixture: fixture, nats: [nats])
+        async let first = hubs.start(0)
+        async let second = hubs.start(1)
+        _ = try await (first, second)
+
+        let writer = try RawClient(path: hubs.socket(0))
+        defer { writer.close() }
+        try writer.send(["type": "hello", "protocol": 1, "app": "json", "name": "left"])
+        #expect(try writer.receive()["type"] == "welcome")
+        let (reader, _) = try hubs.attach(1)
+        defer { reader.close() }
+        try writer.send(["type": "dispatch", "id": 1, "action": setAction("/a", 1)])
+        let own = try next(writer, "the action on hub 0") { $0["type"] == "action" }
+        #expect(own["origin_name"] == "left")
+        let time = try #require(own["time"]?.intValue, "\(own)")
+        let relayed = try next(reader, "the action on hub 1") { $0["type"] == "action" }
+        #expect(relayed == own, "the same action message, stamp included, from either hub")
+
+        let observer = try RawClient(path: hubs.socket(1))
+        defer { observer.close() }
+        try observer.send(["type": "history", "from": 1, "to": 1])
+        let page = try next(observer, "the history reply") { $0["type"] == "history" }
+        #expect(page["actions"] == [own])
+        #expect(time > 1_700_000_000_000, "milliseconds since the epoch")
+    }
+}
