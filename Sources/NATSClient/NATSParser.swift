@@ -148,6 +148,8 @@ public struct NATSParser: Sendable {
     private var offset = 0
     /// The largest payload accepted (a larger size is a protocol error, not an allocation).
     public let maxPayload: Int
+    /// The longest control line accepted (64 KiB), CRLF excluded.
+    public static let maxControlLine = 64 << 10
 
     /// Creates a parser.
     ///
@@ -158,9 +160,11 @@ public struct NATSParser: Sendable {
     public mutating func append<Bytes: Collection>(_ bytes: Bytes) where Bytes.Element == UInt8 {
         if offset > 0, offset == buffer.count {
             buffer.removeAll(keepingCapacity: buffer.capacity <= 1 << 20)
+            scanned = 0
             offset = 0
         } else if offset > 1 << 20 {
             buffer.removeFirst(offset)
+            scanned = max(0, scanned - offset)
             offset = 0
         }
         buffer.append(contentsOf: bytes)
@@ -173,16 +177,25 @@ public struct NATSParser: Sendable {
     ///
     /// - Throws: ``NATSProtocolError`` for bytes that are not the protocol.
     public mutating func next() throws(NATSProtocolError) -> NATSServerOp? {
-        guard let lineEnd = findCRLF(from: offset) else {
-            if buffer.count - offset > 64 << 10 { throw NATSProtocolError("a control line longer than 64 KiB") }
-            return nil
+        // Empty lines are skipped in a loop, never by recursion: a server sending a megabyte of
+        // CRLFs must not exhaust the stack.
+        var lineEnd: Int
+        var tokens: [ArraySlice<UInt8>]
+        while true {
+            guard let end = findCRLF(from: offset) else {
+                // (Its CR may be here already, its LF not yet.)
+                if buffer.count - offset > Self.maxControlLine + 1 { throw NATSProtocolError("a control line longer than 64 KiB") }
+                return nil
+            }
+            // The same verdict however the line arrived: whole, or in pieces.
+            guard end - offset <= Self.maxControlLine else { throw NATSProtocolError("a control line longer than 64 KiB") }
+            lineEnd = end
+            tokens = buffer[offset..<end].split(whereSeparator: { $0 == 0x20 || $0 == 0x09 })
+            if !tokens.isEmpty { break }
+            offset = end + 2
         }
         let line = buffer[offset..<lineEnd]
-        let tokens = line.split(whereSeparator: { $0 == 0x20 || $0 == 0x09 })
-        guard let verb = tokens.first.map({ String(decoding: $0, as: UTF8.self).uppercased() }) else {
-            offset = lineEnd + 2
-            return try next()
-        }
+        guard let verb = tokens.first.map({ String(decoding: $0, as: UTF8.self).uppercased() }) else { return nil }
         switch verb {
         case "PING":
             offset = lineEnd + 2
@@ -245,12 +258,18 @@ public struct NATSParser: Sendable {
         }
     }
 
-    private func findCRLF(from start: Int) -> Int? {
-        var index = start
+    /// Where the search for the current line's CRLF goes on: the bytes before it were looked at
+    /// already, so a line that arrives a few bytes at a time is scanned once, not once per piece.
+    private var scanned = 0
+
+    private mutating func findCRLF(from start: Int) -> Int? {
+        var index = max(start, scanned)
         while index + 1 < buffer.count {
             if buffer[index] == 0x0D, buffer[index + 1] == 0x0A { return index }
             index += 1
         }
+        // The last byte may be the CR of a CRLF whose LF has not arrived.
+        scanned = max(start, buffer.count - 1)
         return nil
     }
 }

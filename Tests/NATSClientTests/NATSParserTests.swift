@@ -68,4 +68,35 @@ struct NATSParserTests {
         // Incomplete input is not an error: it waits for more.
         #expect((try? ops("MSG a 1 10\r\nabc")) == [])
     }
+
+    @Test("a megabyte of empty lines is skipped without exhausting the stack (a hostile server)")
+    func manyEmptyLines() throws {
+        var parser = NATSParser()
+        parser.append(Array(repeating: [0x0D, 0x0A], count: 512 << 10).flatMap { $0 } + Array("PING\r\n".utf8))
+        #expect(try parser.next() == .ping)
+    }
+
+    @Test("a control line over 64 KiB is refused the same whether it arrives whole or in pieces; one of 64 KiB is not")
+    func controlLineBound() throws {
+        func outcome(_ line: [UInt8], chunk: Int) -> String {
+            var parser = NATSParser()
+            var index = 0
+            while index < line.count {
+                parser.append(line[index..<min(line.count, index + chunk)])
+                index += chunk
+                do throws(NATSProtocolError) {
+                    if let op = try parser.next() { return "\(op)".prefix(12).description }
+                } catch {
+                    return error.description
+                }
+            }
+            return "incomplete"
+        }
+        let longest = Array("-ERR '".utf8) + Array(repeating: UInt8(ascii: "x"), count: NATSParser.maxControlLine - 7) + Array("'\r\n".utf8)
+        let tooLong = Array("-ERR '".utf8) + Array(repeating: UInt8(ascii: "x"), count: NATSParser.maxControlLine - 6) + Array("'\r\n".utf8)
+        for chunk in [1 << 20, 4096, 7] {
+            #expect(outcome(longest, chunk: chunk).hasPrefix("error("), "chunk \(chunk)")
+            #expect(outcome(tooLong, chunk: chunk) == "a control line longer than 64 KiB", "chunk \(chunk)")
+        }
+    }
 }
