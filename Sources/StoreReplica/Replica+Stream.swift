@@ -230,11 +230,13 @@ extension Replica {
         }) {
             deliveries.steps.append(.acknowledged(ack, seq))
         }
-        if !deliveries.observers.isEmpty {
-            deliveries.steps.append(.event(deliveries.observers, .action(seq: seq, origin: origin, id: id, action: action, json: json(), stamp: stamp())))
+        // Decoded once, and only when someone observes.
+        let observed = deliveries.observers.isEmpty && deliveries.actionObservers.isEmpty ? nil : stamp()
+        if let observed, !deliveries.observers.isEmpty {
+            deliveries.steps.append(.event(deliveries.observers, .action(seq: seq, origin: origin, id: id, action: action, json: json(), stamp: observed)))
         }
-        if !deliveries.actionObservers.isEmpty {
-            deliveries.steps.append(.applied(AppliedAction(seq: seq, origin: origin, id: id, action: action, stamp: stamp())))
+        if let observed, !deliveries.actionObservers.isEmpty {
+            deliveries.steps.append(.applied(AppliedAction(seq: seq, origin: origin, id: id, action: action, stamp: observed)))
         }
         return nil
     }

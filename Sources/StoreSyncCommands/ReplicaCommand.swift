@@ -20,8 +20,12 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
     COMMANDS:
       attach                 Interactive replica. Each line read from stdin is an action (JSON
                              or the app's shorthand, see below) or a command: :state, :digest,
-                             :status, :help, :quit. Every sequenced action is printed as
-                             "#SEQ from replica N: ACTION" ("(you)" marks this replica's own).
+                             :status, :history [N], :diff [SEQ], :help, :quit. Every sequenced
+                             action is printed as "#SEQ from replica N: ACTION" ("(NAME)" when
+                             its replica gave a name, "(you)" marks this replica's own).
+                             :history [N] prints the last N actions seen here (default 20, at
+                             most 1000) with when the hub sequenced them; :diff [SEQ] the JSON
+                             Patch action SEQ (default: the newest) made to the state.
                              Ends at end of input or :quit (exit 0); rides through hub restarts
                              (see --no-reconnect, with which it ends when the hub goes, exit 1).
                              On a terminal (without --json) the line is edited in place after
@@ -47,7 +51,9 @@ func replicaUsage(program: String, apps: [any SyncApp]) -> String {
                              cannot be reached (kept, sent once the link is back; do not
                              send it again; without --json "queued: …"), and
                              {"type":"digest","digest":…,"seq":…} for :digest, with
-                             "hub_digest" when the hub was still at that seq (:state, :status
+                             "hub_digest" when the hub was still at that seq,
+                             {"type":"history","actions":[…]} for :history and
+                             {"type":"diff","patch":[…],"seq":…} for :diff (:state, :status
                              and :help still print text).
                              SIGINT or SIGTERM ends it with exit 0.
       dispatch ACTION…       Send each ACTION (one argument each: JSON or shorthand) in order,

@@ -30,8 +30,10 @@ final class SeenActions<App: SyncApp>: Sendable {
     /// How many actions are kept.
     let capacity: Int
     private let app: App
-    /// The state before the oldest entry, and the entries, oldest first.
-    private let kept: Locked<(base: App.State, entries: [Entry])>
+    /// The state before the oldest entry kept, and the entries, oldest first from `head` (those
+    /// before it were folded into `base`, and leave the array once per `capacity` of them: an
+    /// action costs no shift of the whole array).
+    private let kept: Locked<(base: App.State, entries: [Entry], head: Int)>
 
     /// - Parameters:
     ///   - app: The app (its reducer replays the kept actions).
@@ -40,7 +42,7 @@ final class SeenActions<App: SyncApp>: Sendable {
     init(app: App, start: App.State, capacity: Int = 1000) {
         self.app = app
         self.capacity = max(1, capacity)
-        kept = Locked((start, []))
+        kept = Locked((start, [], 0))
     }
 
     /// Records the next action applied here. Past the capacity, the oldest is folded into the
@@ -50,18 +52,23 @@ final class SeenActions<App: SyncApp>: Sendable {
     func record(_ entry: Entry) {
         let full = kept.withLock { kept -> (App.State, Entry)? in
             kept.entries.append(entry)
-            guard kept.entries.count > capacity, let oldest = kept.entries.first else { return nil }
-            return (kept.base, oldest)
+            guard kept.entries.count - kept.head > capacity else { return nil }
+            return (kept.base, kept.entries[kept.head])
         }
         guard let (base, oldest) = full else { return }
         var next = base
         // It was applied here already, to this very state: it cannot fail (if it did, the
         // replica would have diverged and re-hydrated, restarting this record).
         try? app.reduce(into: &next, action: oldest.action)
-        let released = kept.withLock { kept -> (App.State, Entry?) in
+        let released = kept.withLock { kept -> (App.State, [Entry]) in
             let old = kept.base
             kept.base = next
-            return (old, kept.entries.isEmpty ? nil : kept.entries.removeFirst())
+            kept.head += 1
+            guard kept.head >= capacity else { return (old, []) }
+            let folded = Array(kept.entries[..<kept.head])
+            kept.entries.removeFirst(kept.head)
+            kept.head = 0
+            return (old, folded)
         }
         withExtendedLifetime(released) {}
     }
@@ -71,15 +78,15 @@ final class SeenActions<App: SyncApp>: Sendable {
     /// - Parameter state: The new state.
     func restart(at state: App.State) {
         let released = kept.withLock { kept -> (App.State, [Entry]) in
-            defer { kept = (state, []) }
-            return kept
+            defer { kept = (state, [], 0) }
+            return (kept.base, kept.entries)
         }
         withExtendedLifetime(released) {}
     }
 
     /// The newest `count` actions, oldest first.
     func newest(_ count: Int) -> [Entry] {
-        kept.withLock { Array($0.entries.suffix(max(0, count))) }
+        kept.withLock { Array($0.entries[$0.head...].suffix(max(0, count))) }
     }
 
     /// The JSON Patch action `seq` made (the newest when `nil`), rebuilt from the kept state.
@@ -87,7 +94,7 @@ final class SeenActions<App: SyncApp>: Sendable {
     /// - Parameter seq: The action's seq.
     /// - Returns: The patch, or why it cannot be had.
     func diff(_ seq: UInt64?) -> Diff {
-        let (base, entries) = kept.withLock { ($0.base, $0.entries) }
+        let (base, entries) = kept.withLock { ($0.base, Array($0.entries[$0.head...])) }
         guard let first = entries.first, let last = entries.last else {
             return .unavailable("no action has been sequenced since this replica attached (or re-hydrated)")
         }

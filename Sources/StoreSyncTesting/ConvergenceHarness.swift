@@ -198,8 +198,6 @@ private final class HarnessRun<App: SyncApp>: Sendable {
     let data: [String]
     /// Every process started, for the teardown (process ids: `Process` is not `Sendable`).
     private let pids = Locked<[Int32]>([])
-    /// Each hub's current process id, for a failure's message.
-    private let hubPIDs = Locked<[Int: Int32]>([:])
 
     init(harness: ConvergenceHarness<App>, directory: URL) {
         self.harness = harness
@@ -223,34 +221,22 @@ private final class HarnessRun<App: SyncApp>: Sendable {
         .init(seed: harness.seed, message: message + hubLogTails())
     }
 
-    /// A process's user and system CPU time in clock ticks (`/proc/PID/stat`), or -1.
-    private static func cpuTicks(of pid: Int32) -> Int {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = text.lastIndex(of: ")") else { return -1 }
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 13, let user = Int(fields[11]), let system = Int(fields[12]) else { return -1 }
-        return user + system
-    }
-
     /// The last lines each hub logged, for a failure's message.
     private func hubLogTails() -> String {
         sockets.indices.compactMap { index -> String? in
             guard let data = FileManager.default.contents(atPath: directory.appendingPathComponent("hub\(index).log").path) else { return nil }
             let lines = String(decoding: data, as: UTF8.self).split(separator: "\n").suffix(8)
             // What the hub says of itself now (its log's health, each replica's lag).
-            let cpu = hubPIDs.withLock { $0[index] }.map { " (pid \($0), CPU \(Self.cpuTicks(of: $0)) ticks)" } ?? ""
             let status = (try? HubConnection.status(at: sockets[index])).map { status in
-                "\nhub \(index)'s status\(cpu): seq \(status.seq), log \(status.log?.canonicalString ?? "-"), replicas \(status.replicas.map { "\($0.replica) lag \($0.lag ?? 0) queued \($0.queuedBytes ?? 0)" })"
+                "\nhub \(index)'s status: seq \(status.seq), log \(status.log?.canonicalString ?? "-"), replicas \(status.replicas.map { "\($0.replica) lag \($0.lag ?? 0) queued \($0.queuedBytes ?? 0)" })"
             } ?? "\nhub \(index) does not answer status"
-            let later = hubPIDs.withLock { $0[index] }.map { pid -> String in
-                usleep(500_000)
-                // Asked again: a lag the first question cleared is a hub that was not woken.
-                let again = (try? HubConnection.status(at: sockets[index])).map { status in
-                    "seq \(status.seq), replicas \(status.replicas.map { "\($0.replica) lag \($0.lag ?? 0)" })"
-                } ?? "no answer"
-                return "; 0.5 s later CPU \(Self.cpuTicks(of: pid)) ticks, status \(again)"
-            } ?? ""
-            return "\nhub \(index)'s last lines:\n  " + lines.joined(separator: "\n  ") + status + later
+            // Asked again: a lag the first question cleared is a hub that slept on work it had
+            // (its loop not woken); the pause is part of the diagnosis, not a wait for a condition.
+            usleep(500_000)
+            let again = (try? HubConnection.status(at: sockets[index])).map { status in
+                "; 0.5 s later: seq \(status.seq), replicas \(status.replicas.map { "\($0.replica) lag \($0.lag ?? 0)" })"
+            } ?? "; 0.5 s later: no answer"
+            return "\nhub \(index)'s last lines:\n  " + lines.joined(separator: "\n  ") + status + again
         }.joined()
     }
 
@@ -301,7 +287,6 @@ private final class HarnessRun<App: SyncApp>: Sendable {
         defer { try? log?.close() }
         try process.run()
         track(process)
-        hubPIDs.withLock { $0[index] = process.processIdentifier }
         let deadline = ContinuousClock.now + .seconds(30)
         while (try? HubConnection.status(at: sockets[index])) == nil {
             guard process.isRunning, ContinuousClock.now < deadline else {
