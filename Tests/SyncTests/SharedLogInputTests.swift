@@ -40,7 +40,7 @@ struct SharedLogInputTests {
         let body = record.body
         let tag = (keys ?? self.keys).tag(.record(history: history, seq: record.seq, previous: previous, body: body))
         return NATSMessage(subject: subject ?? names.actions, sid: 3, reply: "$JS.ACK.ledger.c.1.4.4.0.0",
-                           headers: NATSHeaders([(JetStreamLog.State.tagHeader, tag)]), payload: body)
+                           headers: NATSHeaders([(JetStreamLog.Replicator.tagHeader, tag)]), payload: body)
     }
 
     func check(_ message: NATSMessage, next: UInt64 = 3, previous: String = "prev-tag") -> Result<[LogRecord], StorageError> {
@@ -51,7 +51,7 @@ struct SharedLogInputTests {
     func signed(_ payload: [UInt8], seq: UInt64 = 3, previous: String = "prev-tag") -> NATSMessage {
         let tag = keys.tag(.record(history: "h1", seq: seq, previous: previous, body: payload))
         return NATSMessage(subject: names.actions, sid: 3, reply: "$JS.ACK.ledger.c.1.4.4.0.0",
-                           headers: NATSHeaders([(JetStreamLog.State.tagHeader, tag)]), payload: payload)
+                           headers: NATSHeaders([(JetStreamLog.Replicator.tagHeader, tag)]), payload: payload)
     }
 
     @Test("a record tagged under the key, on the last valid record, at the next seq, is valid; so is a batch of them, one per line")

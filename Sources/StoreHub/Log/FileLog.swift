@@ -334,13 +334,24 @@ package final class FileLog: HubLog {
 
     // MARK: - Snapshots and compaction
 
-    package func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {
-        guard let handle else { throw StorageError("the data directory is closed") }
+    /// A snapshot file's bytes: `"SSS1"`, the body's length and CRC-32C (4 bytes each, big
+    /// endian), then the body's canonical JSON. ``readSnapshot(_:)`` reads them back; a shared
+    /// log's local snapshots are the same files.
+    ///
+    /// - Parameter snapshot: The snapshot.
+    /// - Returns: The file's bytes.
+    static func snapshotFile(_ snapshot: StoredSnapshot) -> [UInt8] {
         let bytes = snapshot.body.canonicalBytes
         var file = Array("SSS1".utf8)
         JournalFormat.appendUInt32(UInt32(truncatingIfNeeded: bytes.count), to: &file)
         JournalFormat.appendUInt32(CRC32C.checksum(bytes), to: &file)
         file.append(contentsOf: bytes)
+        return file
+    }
+
+    package func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {
+        guard let handle else { throw StorageError("the data directory is closed") }
+        let file = Self.snapshotFile(snapshot)
         do throws(SystemError) {
             if let code = StorageFaults.writeFailure.withLock({ $0 }) {
                 throw SystemError("cannot write a snapshot: \(SystemError.describe(errno: code))", errno: code)

@@ -344,7 +344,7 @@ package final class JetStreamLog: HubLog {
                              "auth": .string(keys.isAuthenticated ? "hmac-sha256" : "sha256"),
                              "history": .string(Digest.hex(UInt64.random(in: 0...UInt64.max)))]
         let headers = NATSHeaders([("Nats-Msg-Id", "storesync-genesis"), ("Nats-Expected-Last-Sequence", "0"),
-                                   (State.tagHeader, keys.tag(.genesis(body: genesis.canonicalBytes)))])
+                                   (Replicator.tagHeader, keys.tag(.genesis(body: genesis.canonicalBytes)))])
         _ = try connection.request(names.genesis, payload: genesis.canonicalBytes, headers: headers)
         guard let stored = try lastMessage(connection, stream: names.stream, subject: names.genesis) else {
             throw StorageError("the stream \(names.stream) is not empty but has no StoreSync genesis record; it was not created by a StoreSync hub — use another stream name", isDataProblem: true)
@@ -363,7 +363,7 @@ package final class JetStreamLog: HubLog {
             throw StorageError("the stream \(names.stream) was created by a StoreSync hub whose records are not authenticated (stream format \(json["format"]?.intValue ?? 0), this hub writes format \(Self.streamFormat)); start every hub on a new stream name and carry the state over (docs/OPERATIONS.md §14)", isDataProblem: true)
         }
         let keys = configuration.keys
-        let tag = stored.headers?[State.tagHeader] ?? ""
+        let tag = stored.headers?[Replicator.tagHeader] ?? ""
         let keyed = LogKeys.isKeyed(tag)
         if keyed, !keys.isAuthenticated {
             throw StorageError("the stream \(names.stream)'s records are authenticated, and this hub has no key: give it the stream's key (--log-key-file FILE, or the systemd credential storesync-log-key); docs/OPERATIONS.md §20", isDataProblem: true)
@@ -457,7 +457,7 @@ package final class JetStreamLog: HubLog {
                 case .success(let batch):
                     records.append(contentsOf: batch)
                     position = LogPosition(seq: batch.last?.seq ?? position.seq, streamSeq: streamNext,
-                                           tag: message.headers?[JetStreamLog.State.tagHeader] ?? "")
+                                           tag: message.headers?[JetStreamLog.Replicator.tagHeader] ?? "")
                 case .failure(let reason):
                     skipped += 1
                     if skipped <= 20 {
@@ -517,8 +517,8 @@ package final class JetStreamLog: HubLog {
         guard message.subject == names.actions else {
             return .failure(StorageError("it was published on \(ControlCharacters.escaped(String(message.subject.prefix(200)))), not on \(names.actions)"))
         }
-        guard let tag = message.headers?[State.tagHeader] else {
-            return .failure(StorageError("it carries no \(State.tagHeader) tag: no hub of this stream wrote it"))
+        guard let tag = message.headers?[Replicator.tagHeader] else {
+            return .failure(StorageError("it carries no \(Replicator.tagHeader) tag: no hub of this stream wrote it"))
         }
         // The tag first: nothing of a message another client forged is parsed.
         guard keys.isValid(tag, for: .record(history: history, seq: next, previous: previousTag, body: message.payload)) else {
@@ -548,7 +548,7 @@ package final class JetStreamLog: HubLog {
               (1...(1 << 20)).contains(chunks), let tag = json["tag"]?.stringValue,
               let content = json["content"]?.stringValue else { return nil }
         // The head is tagged like a record: only a hub holding the key wrote it.
-        guard configuration.keys.isValid(head.headers?[State.tagHeader] ?? "", for: .snapshotHead(body: head.data, contentDigest: [])) else {
+        guard configuration.keys.isValid(head.headers?[Replicator.tagHeader] ?? "", for: .snapshotHead(body: head.data, contentDigest: [])) else {
             note("hubd: warning: the shared snapshot head at seq \(seq) does not verify under this hub's key (not written by a hub of this stream); starting without it")
             return nil
         }
@@ -744,13 +744,8 @@ final class LocalSnapshots {
     func path(of seq: UInt64) -> String { directory + "/" + FileLog.snapshotName(seq) }
 
     func write(_ snapshot: StoredSnapshot) throws(StorageError) {
-        let bytes = snapshot.body.canonicalBytes
-        var file = Array("SSS1".utf8)
-        JournalFormat.appendUInt32(UInt32(truncatingIfNeeded: bytes.count), to: &file)
-        JournalFormat.appendUInt32(CRC32C.checksum(bytes), to: &file)
-        file.append(contentsOf: bytes)
         do throws(SystemError) {
-            try handle.writeAtomically(FileLog.snapshotName(snapshot.seq), file)
+            try handle.writeAtomically(FileLog.snapshotName(snapshot.seq), FileLog.snapshotFile(snapshot))
         } catch {
             throw StorageError("cannot write a local snapshot: \(error.message)")
         }
