@@ -348,28 +348,62 @@ struct ReplicatorTests {
         #expect(hub.notes.contains { $0.contains("reading the shared log with a consumer again, from seq 3") })
     }
 
-    @Test("a proposal in doubt (no acknowledgement for 5 s, or 10158 'in process') is re-sent with the same id; a duplicate answer at its place confirms it")
+    @Test("a proposal unanswered is re-sent every second with the same id (10158 'in process' is no verdict); in doubt after 5 s; the answer to any copy counts")
     func inDoubtResent() throws {
         var hub = Harness()
         try hub.open(streamLast: 1)
         let mine = LogRecord(seq: 1, origin: 1, id: .number(1), session: "s1", action: ["type": "increment"])
         hub.send(.command(.propose([mine], expectingLast: 0, epoch: 1)))
         let first = try #require(hub.proposals.first)
-        hub.acknowledge(first.ack, ["error": ["code": 409, "err_code": 10158, "description": "duplicate message id is in process"]])
-        #expect(!hub.available)
-        #expect(hub.events.contains { if case .inDoubt(from: 1, _) = $0 { return true } else { return false } })
-        for _ in 0..<12 {
+        hub.heartbeat(lastStream: 1)
+        hub.advance(.milliseconds(1_100))
+        let second = try #require(hub.proposals.last)
+        #expect(hub.proposals.count == 2 && second.ack != first.ack)
+        #expect(second.headers == first.headers && second.payload == first.payload, "the same id, expectations and tag")
+        hub.acknowledge(second.ack, ["error": ["code": 409, "err_code": 10158, "description": "duplicate message id is in process"]])
+        #expect(hub.available, "an earlier copy is being stored: no verdict, and no refusal")
+        for _ in 0..<5 {
             hub.heartbeat(lastStream: 1)
             hub.advance(.seconds(1))
         }
-        let copies = hub.proposals
-        #expect(copies.count >= 2)
-        #expect(copies.allSatisfy { $0.headers?["Nats-Msg-Id"] == first.headers?["Nats-Msg-Id"] && $0.payload == first.payload })
-        let last = try #require(copies.last)
-        hub.acknowledge(last.ack, ["stream": "ledger", "seq": 2, "duplicate": true])
+        #expect(!hub.available)
+        #expect(hub.events.contains { if case .inDoubt(from: 1, _) = $0 { return true } else { return false } })
+        #expect(hub.proposals.allSatisfy { $0.headers?["Nats-Msg-Id"] == first.headers?["Nats-Msg-Id"] && $0.payload == first.payload })
+        // The first copy's answer comes at last: it counts.
+        hub.acknowledge(first.ack, ["stream": "ledger", "seq": 2])
         hub.deliver(NATSMessage(subject: Harness.names.actions, sid: 1, reply: nil, headers: first.headers, payload: first.payload), at: 2)
         #expect(hub.events.contains(.accepted(through: 1)))
         #expect(hub.available)
+    }
+
+    @Test("a publish answered 503 (the stream has no leader) refuses until the stream names a leader again: one refusing→accepting transition, however many dispatches come meanwhile")
+    func leaderlessPublish() throws {
+        var hub = Harness()
+        try hub.open(streamLast: 1)
+        var transitions: [Bool] = [hub.available]
+        func note() { if transitions.last != hub.available { transitions.append(hub.available) } }
+        let one = LogRecord(seq: 1, origin: 1, id: .number(1), session: "s1", action: ["type": "increment"])
+        hub.send(.command(.propose([one], expectingLast: 0, epoch: 1)))
+        let proposal = try #require(hub.proposals.last)
+        hub.send(.message(NATSMessage(subject: proposal.ack, sid: 2, reply: nil, headers: NATSHeaders(status: 503), payload: []),
+                          subscription: "_INBOX.t.a.*"))
+        note()
+        #expect(hub.events.contains { if case .failed(from: 1, _) = $0 { return true } else { return false } })
+        #expect(!hub.available)
+        for _ in 0..<4 {
+            hub.heartbeat(lastStream: 1)
+            hub.advance(.milliseconds(300))
+            note()
+            if !hub.openRequests(Harness.info).isEmpty { try hub.answer(Harness.info, Harness.streamInfo(last: 1, leader: false)) }
+            note()
+        }
+        #expect(!hub.available, "no leader named yet")
+        hub.advance(.milliseconds(300))
+        try hub.answer(Harness.info, Harness.streamInfo(last: 1))
+        note()
+        #expect(hub.available)
+        #expect(transitions == [true, false, true])
+        #expect(hub.notes.contains("the stream ledger has a leader again"))
     }
 
     @Test("requests with no answer time out on a tick: a consumer that cannot be created means reading record by record")

@@ -216,9 +216,17 @@ extension JetStreamLog {
         }
 
         fileprivate func publish(facts: Facts, available: Bool) {
-            shared.withLock {
-                $0.facts = facts
-                $0.available = available
+            let opened = shared.withLock { shared -> Bool in
+                defer {
+                    shared.facts = facts
+                    shared.available = available
+                }
+                return available && !shared.available
+            }
+            // The hub's gate asks `isAvailable` on each pass: a pass now, not at its next event.
+            if opened {
+                var byte: UInt8 = 1
+                _ = write(readyWrite, &byte, 1)
             }
         }
 

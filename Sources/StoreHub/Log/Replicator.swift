@@ -96,17 +96,21 @@ extension JetStreamLog {
         enum Purpose: Equatable {
             /// `CONSUMER.CREATE` for a consumer delivering to `subject`.
             case consumer(subject: String)
-            /// `STREAM.INFO` as a link opens.
-            case openInfo
+            /// `STREAM.INFO` as a link opens. Each question about the stream's end carries what this
+            /// hub had read when it asked (`readThrough`): the answer is the stream as it was
+            /// then, and reads made meanwhile are no evidence against it.
+            case openInfo(readThrough: UInt64)
             /// `STREAM.INFO` to learn where the stream ends (`recheck`: because the leader
             /// had no record where this hub believed in one).
-            case streamEnd(recheck: Bool)
+            case streamEnd(recheck: Bool, readThrough: UInt64, believed: UInt64)
             /// `STREAM.MSG.GET` of the next record, read record by record.
             case poll(streamSeq: UInt64)
             /// `STREAM.MSG.GET`: the leader's copy of a delivery held for checking (``verifying``).
             case verify(streamSeq: UInt64)
             /// `STREAM.MSG.GET`: the leader's copy of the last record applied (the chain check).
             case chainCheck(streamSeq: UInt64, applied: String)
+            /// `STREAM.INFO`: whether the stream has a leader again (after a publish answered 503).
+            case leader
             /// `STREAM.MSG.GET`: the oldest action message (for `status`).
             case firstSeq
             /// `STREAM.MSG.GET`: the newest shared snapshot head (for `status`).
@@ -160,11 +164,18 @@ extension JetStreamLog {
             /// Its tag (``LogKeys``): valid only right after the record it was proposed on.
             let tag: String
             var ackSubject = ""
-            /// The number ending `ackSubject`.
-            var ackNumber = 0
+            /// The numbers ending the ack subjects of every copy sent (the newest last): the
+            /// stream's answer to any copy counts.
+            var ackNumbers: [Int] = []
             /// The hub's epoch when it was proposed (see `propose`).
             var epoch = 0
+            /// When the newest copy was sent (a copy unanswered for ``resendAfter`` goes again).
             var sentAt: ContinuousClock.Instant
+            /// The stream seq this hub had read through when the newest copy was sent: a refusal
+            /// saying the stream ends before it says the stream lost what this hub read.
+            var readThrough: UInt64 = 0
+            /// When it was first proposed (unanswered for ``ackTimeout``, it is in doubt).
+            var proposedAt: ContinuousClock.Instant
             var acknowledged = false
             /// The stream seq its acknowledgement named (0: none yet, or not read).
             var ackedStreamSeq: UInt64 = 0
@@ -290,6 +301,14 @@ extension JetStreamLog {
         /// Where recent messages end: (the last action seq of a message, its stream seq), oldest
         /// first, for trimming (`--retain-actions`), which purges whole messages.
         private var boundaries: [(lastSeq: UInt64, streamSeq: UInt64)] = []
+        /// A publish was answered 503 (no server took it: the stream has no leader): dispatches
+        /// are refused until the stream names a leader again or acknowledges a proposal, so an
+        /// election costs one refusing→accepting transition, not one per dispatch.
+        private(set) var awaitingLeader = false
+        private var nextLeaderAsk: ContinuousClock.Instant
+        /// How many times the stream's end was asked on this link without an answer, and when to ask again.
+        private var openAsks = 0
+        private var openAskAt: ContinuousClock.Instant?
         /// Reservations asked for while the link opens.
         private var waitingLeases: [LeaseRequest] = []
         /// The snapshot being published, and the newest one waiting for it to finish.
@@ -314,15 +333,28 @@ extension JetStreamLog {
         /// How long records are checked after a sign the cluster was not whole.
         static let suspectWindow: Duration = .seconds(10)
         /// How long a consumer may send nothing while the stream holds records after `next`.
-        static let readStall: Duration = .seconds(3)
+        static let readStall: Duration = .seconds(1)
         /// How often a consumer is tried again while reading record by record.
         static let consumerRetry: Duration = .seconds(5)
         /// How often `status`'s facts about other hubs' work are read again.
         static let factsRefreshInterval: Duration = .seconds(30)
         /// How long an acknowledgement may take before the proposal is in doubt.
         static let ackTimeout: Duration = .seconds(5)
-        /// Silence from the consumer (no record, no heartbeat) that means it is gone.
-        static let consumerSilence: Duration = .seconds(4)
+        /// Silence from the consumer (no record, no heartbeat) that means it is gone: two and a
+        /// half of its heartbeats (one a second).
+        static let consumerSilence: Duration = .milliseconds(2_500)
+        /// How long a copy of a proposal may go unanswered before it is sent again (same id,
+        /// same expectations: a stored copy answers `duplicate`). A leader that died takes the
+        /// copies sent to it along; the next leader gets them this long after it is elected, at most.
+        static let resendAfter: Duration = .seconds(1)
+        /// How often the stream is asked for its leader while it has none (a publish was answered 503).
+        static let leaderAskInterval: Duration = .milliseconds(250)
+        /// The longest wait for that answer.
+        static let leaderAskTimeout: Duration = .milliseconds(500)
+        /// The longest wait for the stream's end as a link opens.
+        static let openAskTimeout: Duration = .seconds(1)
+        /// How many times it is asked on one link (during an election) before the next server is tried.
+        static let maxOpenAsks = 8
         /// How long NATS must keep saying the stream is gone or short before the hub believes it.
         static let confirmation: Duration = .seconds(10)
         /// The longest wait for a JetStream API answer.
@@ -363,6 +395,7 @@ extension JetStreamLog {
             lastDelivery = now
             lastResend = now
             lastFactsRefresh = now
+            nextLeaderAsk = now
         }
 
         /// The chain hash of a record's stored bytes.
@@ -370,7 +403,7 @@ extension JetStreamLog {
 
         /// Whether dispatches are accepted: connected, nothing in doubt, caught up.
         var isAvailable: Bool {
-            if case .up = link { return !inDoubt && catchUpTarget == nil }
+            if case .up = link { return !inDoubt && catchUpTarget == nil && !awaitingLeader }
             return false
         }
 
@@ -444,8 +477,8 @@ extension JetStreamLog {
         }
 
         /// Calls the JetStream API (`$JS.API.<api>` with a JSON body).
-        private mutating func jetStream(_ api: String, _ body: JSON?, for purpose: Purpose) {
-            request(purpose, subject: "$JS.API." + api, payload: body?.canonicalBytes ?? [], what: api)
+        private mutating func jetStream(_ api: String, _ body: JSON?, for purpose: Purpose, timeout: Duration = apiTimeout) {
+            request(purpose, subject: "$JS.API." + api, payload: body?.canonicalBytes ?? [], timeout: timeout, what: api)
         }
 
         /// Whether a request for something like `purpose` is in flight.
@@ -485,7 +518,7 @@ extension JetStreamLog {
             let expired = requests.filter { $0.value.deadline <= now }.sorted { $0.key < $1.key }
             for (id, request) in expired {
                 requests[id] = nil
-                let milliseconds = request.timeout.components.seconds * 1000
+                let milliseconds = request.timeout.components.seconds * 1000 + request.timeout.components.attoseconds / 1_000_000_000_000_000
                 answered(request.purpose, id: id,
                          .failure(NATSError(.timeout, "no answer from NATS to \(request.what) within \(milliseconds) ms")))
                 guard link.info != nil else { return }
@@ -496,11 +529,13 @@ extension JetStreamLog {
         private mutating func answered(_ purpose: Purpose, id: Int, _ answer: Result<JSON, NATSError>) {
             switch purpose {
             case .consumer(let subject): consumerCreated(subject: subject, answer)
-            case .openInfo: openInfoAnswered(answer)
-            case .streamEnd(let recheck): streamEndAnswered(answer, recheck: recheck)
+            case .openInfo(let readThrough): openInfoAnswered(answer, readThrough: readThrough)
+            case .streamEnd(let recheck, let readThrough, let believed):
+                streamEndAnswered(answer, recheck: recheck, readThrough: readThrough, believed: believed)
             case .poll(let streamSeq): polled(streamSeq: streamSeq, answer)
             case .verify(let streamSeq): verified(streamSeq: streamSeq, id: id, answer)
             case .chainCheck(let streamSeq, let applied): chainChecked(streamSeq: streamSeq, applied: applied, answer)
+            case .leader: leaderAnswered(answer)
             case .firstSeq: firstSeqAnswered(answer)
             case .sharedHead: sharedHeadAnswered(answer)
             case .leaseRead(let lease): leaseRead(lease, answer)
@@ -509,6 +544,16 @@ extension JetStreamLog {
             case .snapshotChunk: snapshotChunkWritten(answer)
             case .snapshotHeadWrite: snapshotHeadWritten(answer)
             case .purge: break
+            }
+        }
+
+        /// Whether a request's failure may pass by itself: no answer in time, no responders, or
+        /// JetStream saying it is unavailable for now (an election, a catch-up).
+        static func isTransient(_ error: NATSError) -> Bool {
+            switch error.kind {
+            case .timeout, .noResponders: return true
+            case .api(_, let code): return code == JetStreamErrorCode.temporarilyUnavailable || code == JetStreamErrorCode.notCurrentlyAvailable
+            default: return false
             }
         }
 
@@ -555,17 +600,24 @@ extension JetStreamLog {
             effects.append(.subscribe(info.inboxPrefix + ".a.*"))
             effects.append(.subscribe(info.inboxPrefix + ".q.*"))
             startConsumer()
-            jetStream("STREAM.INFO." + names.stream, nil, for: .openInfo)
+            openAsks = 0
+            openAskAt = nil
+            jetStream("STREAM.INFO." + names.stream, nil, for: .openInfo(readThrough: streamNext &- 1), timeout: Self.openAskTimeout)
             publishFacts()
         }
 
-        private mutating func openInfoAnswered(_ answer: Result<JSON, NATSError>) {
+        private mutating func openInfoAnswered(_ answer: Result<JSON, NATSError>, readThrough: UInt64) {
             guard case .opening(let info) = link else { return }
             switch answer {
             case .failure(let error) where error.kind == .api(code: 404, errCode: JetStreamErrorCode.streamNotFound):
                 // A stream is taken as deleted only when NATS still says so 10 s on (a cluster
                 // electing can answer from a server without the stream).
                 if confirmed("gone") { streamGone() } else { lost("NATS says the stream \(names.stream) does not exist; asking again") }
+            case .failure(let error) where Self.isTransient(error) && openAsks < Self.maxOpenAsks:
+                // An election: asked again shortly, on this server (a server cut off from the
+                // others never answers, and is left after a few tries).
+                openAsks += 1
+                openAskAt = now + Self.leaderAskInterval
             case .failure(let error):
                 lost(error.message)
             case .success(let json):
@@ -576,8 +628,8 @@ extension JetStreamLog {
                     return
                 }
                 let last = JetStreamLog.lastStreamSeq(in: json)
-                if last + 1 < streamNext {
-                    streamEnds(at: last, says: "the stream \(names.stream) says")
+                if last < readThrough {
+                    streamEnds(at: last, readThrough: readThrough, says: "the stream \(names.stream) says")
                     return
                 }
                 facts.streamLast = max(facts.streamLast, last)
@@ -754,6 +806,9 @@ extension JetStreamLog {
                 // Not written yet, or this hub believes in records the stream does not hold.
                 if facts.streamLast >= streamNext { askStreamEnd(recheck: true) }
                 polledInARow = 0
+            case .failure(let error) where Self.isTransient(error):
+                // An election, or the leader busy: asked again on the next tick.
+                polledInARow = 0
             case .failure(let error):
                 lost(error.message)
             case .success(let json):
@@ -889,6 +944,10 @@ extension JetStreamLog {
                 copy = json["message"]?["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }.map { [UInt8]($0) }
             case .failure(let error) where error.kind == .api(code: 404, errCode: JetStreamErrorCode.noMessageFound):
                 copy = nil
+            case .failure(let error) where Self.isTransient(error):
+                // No leader to ask now (an election): asked again on the next tick, the delivery still held.
+                verifying = Verifying(message: held.message, records: held.records, position: held.position, request: 0)
+                return
             case .failure(let error):
                 lost("cannot check seq \(streamSeq) with the stream's leader: \(error.message)")
                 return
@@ -992,7 +1051,8 @@ extension JetStreamLog {
 
         private mutating func askStreamEnd(recheck: Bool) {
             guard !isAsking({ if case .streamEnd = $0 { return true } else { return false } }) else { return }
-            jetStream("STREAM.INFO." + names.stream, nil, for: .streamEnd(recheck: recheck))
+            jetStream("STREAM.INFO." + names.stream, nil,
+                      for: .streamEnd(recheck: recheck, readThrough: streamNext &- 1, believed: facts.streamLast))
         }
 
         /// The stream's end as its leader gives it (a leaderless answer is one member's copy,
@@ -1006,7 +1066,8 @@ extension JetStreamLog {
         /// lowers what the hub believes; this hub's proposals acknowledged beyond it are in doubt
         /// again (re-sent with their ids, so one the stream did keep comes back a duplicate); a
         /// stream that ends before what this hub has read is handled as when a link opens.
-        private mutating func streamEndAnswered(_ answer: Result<JSON, NATSError>, recheck: Bool) {
+        private mutating func streamEndAnswered(_ answer: Result<JSON, NATSError>, recheck: Bool, readThrough: UInt64,
+                                                believed: UInt64) {
             guard case .success(let info) = answer, !JetStreamLog.isLeaderlessAnswer(info) else { return }
             let last = JetStreamLog.lastStreamSeq(in: info)
             guard recheck else {
@@ -1016,11 +1077,13 @@ extension JetStreamLog {
                 }
                 return
             }
-            if last + 1 < streamNext {
-                streamEnds(at: last, says: "the stream \(names.stream) says")
+            if last < readThrough {
+                streamEnds(at: last, readThrough: readThrough, says: "the stream \(names.stream) says")
                 return
             }
-            guard last < facts.streamLast else { return }
+            // Only what was believed when asking is put in question: an acknowledgement that
+            // came meanwhile is newer than the answer.
+            guard last < believed, facts.streamLast == believed else { return }
             note("the stream \(names.stream) ends at stream seq \(last), not at the stream seq \(facts.streamLast) NATS had reported; proposals acknowledged after it are in doubt and are sent again")
             facts.streamLast = last
             for index in pending.indices where pending[index].acknowledged && pending[index].expectedStream + 1 > last {
@@ -1030,15 +1093,36 @@ extension JetStreamLog {
             publishFacts()
         }
 
+        /// No server took a proposal (503): refuse until the stream has a leader again.
+        private mutating func awaitLeader() {
+            guard !awaitingLeader else { return }
+            awaitingLeader = true
+            nextLeaderAsk = now + Self.leaderAskInterval
+            publishFacts()
+        }
+
+        /// The stream has a leader (it answered for a proposal, or named one).
+        private mutating func leaderFound() {
+            guard awaitingLeader else { return }
+            awaitingLeader = false
+            note("the stream \(names.stream) has a leader again")
+            publishFacts()
+        }
+
+        private mutating func leaderAnswered(_ answer: Result<JSON, NATSError>) {
+            guard case .success(let info) = answer, !JetStreamLog.isLeaderlessAnswer(info) else { return }
+            leaderFound()
+        }
+
         /// NATS (`who` says) that the stream ends at stream seq `last`, before what this hub has
         /// read: the hub stops once NATS has kept saying so for 10 s across reconnects (a cluster
         /// electing, or a leader not yet deposed, answers from one server's copy); until then the
         /// link is dropped and asked again.
-        private mutating func streamEnds(at last: UInt64, says who: String) {
+        private mutating func streamEnds(at last: UInt64, readThrough: UInt64, says who: String) {
             if confirmed("short") {
-                emit([.broken(StorageError("the stream \(names.stream) ends at stream seq \(last), but this hub has read up to stream seq \(streamNext - 1) (action seq \(next - 1)) from it: NATS delivered actions it did not keep — records a stream leader stored before the others agreed, then died, or acknowledged actions lost (a server restarted without its data, or the stream was replaced). The hub stops rather than serve a history the stream does not hold; restart it and it rebuilds from the stream (its replicas re-hydrate). See docs/OPERATIONS.md, \"Across hosts\" (use --nats-replicas 3)"))])
+                emit([.broken(StorageError("the stream \(names.stream) ends at stream seq \(last), but this hub has read up to stream seq \(readThrough) (action seq \(next - 1)) from it: NATS delivered actions it did not keep — records a stream leader stored before the others agreed, then died, or acknowledged actions lost (a server restarted without its data, or the stream was replaced). The hub stops rather than serve a history the stream does not hold; restart it and it rebuilds from the stream (its replicas re-hydrate). See docs/OPERATIONS.md, \"Across hosts\" (use --nats-replicas 3)"))])
             } else {
-                lost("\(who) it ends at stream seq \(last), before the stream seq \(streamNext - 1) this hub has read; asking again")
+                lost("\(who) it ends at stream seq \(last), before the stream seq \(readThrough) this hub has read; asking again")
             }
         }
 
@@ -1080,22 +1164,38 @@ extension JetStreamLog {
             case .opening, .up:
                 break
             }
+            if case .opening = link, let at = openAskAt, now >= at, !isAsking({ if case .openInfo = $0 { return true } else { return false } }) {
+                openAskAt = nil
+                jetStream("STREAM.INFO." + names.stream, nil, for: .openInfo(readThrough: streamNext &- 1), timeout: Self.openAskTimeout)
+            }
             if facts.streamLast >= streamNext {
                 if behindSince == nil { behindSince = now }
             } else {
                 behindSince = nil
             }
-            if let oldest = pending.first(where: { !$0.acknowledged }), now - oldest.sentAt > Self.ackTimeout {
-                if !inDoubt {
-                    inDoubt = true
-                    suspect()
-                    emit([.inDoubt(from: oldest.record.seq, reason: "no acknowledgement from the stream's leader within 5 s (an election, or too few of its servers up for a quorum)")])
-                    publishFacts()
+            if let oldest = pending.first(where: { !$0.acknowledged }), now - oldest.proposedAt > Self.ackTimeout, !inDoubt {
+                inDoubt = true
+                suspect()
+                emit([.inDoubt(from: oldest.record.seq, reason: "no acknowledgement from the stream's leader within 5 s (an election, or too few of its servers up for a quorum)")])
+                publishFacts()
+            }
+            if case .up = link, now - lastResend >= Self.resendAfter {
+                lastResend = now
+                for index in pending.indices where !pending[index].acknowledged && now - pending[index].sentAt >= Self.resendAfter {
+                    var item = pending[index]
+                    send(&item)
+                    pending[index] = item
                 }
-                if now - lastResend > Self.ackTimeout {
-                    lastResend = now
-                    resendPending()
-                }
+            }
+            if awaitingLeader, now >= nextLeaderAsk {
+                nextLeaderAsk = now + Self.leaderAskInterval
+                // Asked every 250 ms whatever is in flight (a question asked during the election
+                // may go unanswered; the next one must not wait behind it), each for 500 ms.
+                jetStream("STREAM.INFO." + names.stream, nil, for: .leader, timeout: Self.leaderAskTimeout)
+            }
+            if let held = verifying, held.request == 0 {
+                jetStream("STREAM.MSG.GET." + names.stream, ["seq": JSON(held.position)], for: .verify(streamSeq: held.position))
+                verifying = Verifying(message: held.message, records: held.records, position: held.position, request: requestCounter)
             }
             if now - lastChainCheck > Self.chainCheckInterval {
                 lastChainCheck = now
@@ -1208,7 +1308,7 @@ extension JetStreamLog {
                 }
                 let tag = keys.tag(.record(history: history, seq: record.seq, previous: base.tag, body: payload))
                 var item = Pending(record: record, records: batch, payload: payload, msgID: msgID(for: record, at: base.stream),
-                                   expectedStream: base.stream, tag: tag, sentAt: now)
+                                   expectedStream: base.stream, tag: tag, sentAt: now, proposedAt: now)
                 item.epoch = epoch
                 send(&item)
                 pending.append(item)
@@ -1281,8 +1381,10 @@ extension JetStreamLog {
             guard case .up(let info) = link else { return }
             ackCounter += 1
             item.ackSubject = info.inboxPrefix + ".a." + String(ackCounter)
-            item.ackNumber = ackCounter
+            item.ackNumbers.append(ackCounter)
+            if item.ackNumbers.count > 8 { item.ackNumbers.removeFirst(item.ackNumbers.count - 8) }
             item.sentAt = now
+            item.readThrough = streamNext &- 1
             item.attempts += 1
             let headers = NATSHeaders([("Nats-Msg-Id", item.msgID), ("Nats-Expected-Last-Sequence", String(item.expectedStream)),
                                        (Self.tagHeader, item.tag)])
@@ -1307,13 +1409,15 @@ extension JetStreamLog {
                 number += Int(byte - UInt8(ascii: "0")) * scale
                 scale *= 10
             }
-            guard let index = pending.firstIndex(where: { $0.ackNumber == number }), pending[index].ackSubject == message.subject else { return }
+            guard let prefix = link.info?.inboxPrefix, message.subject == prefix + ".a." + String(number),
+                  let index = pending.firstIndex(where: { $0.ackNumbers.contains(number) }) else { return }
             let item = pending[index]
             if message.headers?.status == 503 {
                 // No server took this copy. If it is the only one, nothing was stored; a copy
                 // sent before may have been, so a re-sent proposal stays in doubt (re-sent
                 // again until the stream answers for it).
                 guard item.attempts == 1 else { return }
+                awaitLeader()
                 void(from: index, .failed(from: item.record.seq, StorageError("no NATS server took it: the stream \(names.stream) has no leader at this moment (an election after a server left, or too few of its servers up for a quorum)")))
                 return
             }
@@ -1327,11 +1431,16 @@ extension JetStreamLog {
                 let code = error["err_code"]?.intValue ?? 0
                 let text = error["description"]?.stringValue ?? ""
                 switch code {
-                case JetStreamErrorCode.duplicateInProcess, JetStreamErrorCode.ingestLimitReached:
+                case JetStreamErrorCode.duplicateInProcess:
                     // Not a verdict: an earlier copy with this id is being stored right now
-                    // (2.11+: "duplicate message id is in process"), or the stream takes no more
-                    // for a moment (its ingest limits). The proposal stays in doubt and goes
-                    // again, with the same id and expectations, until the stream answers for it.
+                    // (2.11+: "duplicate message id is in process"); the answer to that copy
+                    // decides. It stays pending (in doubt once unanswered for `ackTimeout`)
+                    // and goes again, with the same id and expectations, until answered.
+                    break
+                case JetStreamErrorCode.ingestLimitReached:
+                    // Not a verdict: the stream takes no more for a moment (its ingest limits).
+                    // The proposal stays in doubt and goes again, with the same id and
+                    // expectations, until the stream answers for it.
                     if !inDoubt {
                         inDoubt = true
                         suspect()
@@ -1340,12 +1449,21 @@ extension JetStreamLog {
                     }
                 case JetStreamErrorCode.wrongLastSequence:
                     let streamLast = text.split(separator: ":").last.flatMap { UInt64($0.trimmingCharacters(in: .whitespaces)) } ?? (item.expectedStream + 1)
-                    if streamLast + 1 < streamNext {
-                        // The leader says the stream ends before what this hub has read. A leader
-                        // not yet deposed answers from its own copy too, so this stops the hub
-                        // only once NATS has kept saying so for 10 s; meanwhile the link is
-                        // dropped, and what was in flight is in doubt.
-                        streamEnds(at: streamLast, says: "the stream \(names.stream)'s leader says")
+                    if streamLast < item.readThrough {
+                        // The leader says the stream ends before what this hub had read when it
+                        // sent this copy. A leader not yet deposed answers from its own copy
+                        // too, so this stops the hub only once NATS has kept saying so for
+                        // 10 s; meanwhile the link is dropped, and what was in flight is in doubt.
+                        streamEnds(at: streamLast, readThrough: item.readThrough, says: "the stream \(names.stream)'s leader says")
+                        return
+                    }
+                    if item.attempts > 1, streamLast > item.expectedStream {
+                        // Sent more than once: an earlier copy may be what is at its place (a new
+                        // leader that does not know its id answers the copy by its expectation).
+                        // The stream has committed that place: what is read there decides — this
+                        // hub's own bytes are its proposal, anything else voids it.
+                        noteStreamHolds(streamLast)
+                        confirm(index, storedAt: 0)
                         return
                     }
                     // Another message got there first; whether it is a valid record is known once
@@ -1376,6 +1494,7 @@ extension JetStreamLog {
 
         /// The stream's leader stored proposal `index` at stream seq `streamSeq` (0: not said).
         private mutating func confirm(_ index: Int, storedAt streamSeq: UInt64) {
+            leaderFound()
             pending[index].acknowledged = true
             pending[index].ackedStreamSeq = streamSeq
             noteStreamHolds(streamSeq)
