@@ -50,7 +50,7 @@ struct ReplicatorHarness {
         let new = machine.handle(input, now: now)
         for effect in new {
             switch effect {
-            case .post(let posted): events += posted
+            case .post(let event): events.append(event)
             case .note(let line): notes.append(line)
             case .facts(_, let available): self.available = available
             case .subscribe(let subject) where subject.hasPrefix(Self.prefix + ".d."): deliverSubject = subject

@@ -268,6 +268,8 @@ extension JetStreamLog {
         private var outgoing: [LogEvent] = []
         private var facts: (Facts, available: Bool)?
         private var initial: NATSConnection?
+        /// The effects of the input being carried out (reused).
+        private var effects: [Replicator.Effect] = []
         #if DEBUG
         private var owner: pthread_t?
         #endif
@@ -283,24 +285,30 @@ extension JetStreamLog {
             #if DEBUG
             assert(owner.map { pthread_equal($0, pthread_self()) != 0 } ?? false, "the replicator is driven from its worker thread only")
             #endif
-            for effect in replicator.handle(input, now: .now) { carryOut(effect) }
+            feed(input)
             while let servers = connectTo {
                 connectTo = nil
                 do throws(NATSError) {
                     let opened = try worker.connect(servers: servers, timeoutMilliseconds: 1_000)
                     adopt(opened)
                 } catch {
-                    for effect in replicator.handle(.linkFailed(error), now: .now) { carryOut(effect) }
+                    feed(.linkFailed(error))
                 }
             }
+        }
+
+        /// One input through the replicator, its effects carried out (one reused buffer).
+        private func feed(_ input: Replicator.Input) {
+            replicator.handle(input, now: .now, into: &effects)
+            for effect in effects { carryOut(effect) }
+            effects.removeAll(keepingCapacity: true)
         }
 
         private func adopt(_ opened: NATSConnection) {
             connection = opened
             subscriptions = [:]
             subjects = [:]
-            let info = Replicator.LinkInfo(server: opened.server, inboxPrefix: opened.inboxPrefix, maxPayload: opened.maxPayload)
-            for effect in replicator.handle(.linkUp(info), now: .now) { carryOut(effect) }
+            feed(.linkUp(Replicator.LinkInfo(server: opened.server, inboxPrefix: opened.inboxPrefix, maxPayload: opened.maxPayload)))
         }
 
         private func carryOut(_ effect: Replicator.Effect) {
@@ -325,8 +333,8 @@ extension JetStreamLog {
                 connection = nil
                 subscriptions = [:]
                 subjects = [:]
-            case .post(let events):
-                outgoing.append(contentsOf: events)
+            case .post(let event):
+                outgoing.append(event)
             case .facts(let new, let available):
                 facts = (new, available)
             case .note(let line):

@@ -59,8 +59,8 @@ extension JetStreamLog {
             case connect(servers: [String])
             /// Closes the connection (nothing more is read from it).
             case close
-            /// Hands events to the hub.
-            case post([LogEvent])
+            /// Hands an event to the hub.
+            case post(LogEvent)
             /// The facts `status` shows, and whether dispatches are accepted.
             case facts(Facts, available: Bool)
             /// A line for the hub's log (the library's wording; the executable prefixes it).
@@ -314,8 +314,6 @@ extension JetStreamLog {
         /// The snapshot being published, and the newest one waiting for it to finish.
         private(set) var snapshotJob: SnapshotJob?
         private var nextSnapshot: StoredSnapshot?
-        /// Events for the hub, handed over once per input.
-        private var outgoing: [LogEvent] = []
         /// The facts or availability changed since they were last handed over.
         private var factsChanged = true
         private var lastAvailable = false
@@ -420,7 +418,22 @@ extension JetStreamLog {
         ///   - now: The time it happened (the machine reads no clock).
         /// - Returns: What the worker must do, in order.
         mutating func handle(_ input: Input, now: ContinuousClock.Instant) -> [Effect] {
+            var effects: [Effect] = []
+            handle(input, now: now, into: &effects)
+            return effects
+        }
+
+        /// Handles one input, appending its effects to `effects` (the worker reuses one buffer:
+        /// no allocation per message).
+        ///
+        /// - Parameters:
+        ///   - input: What happened.
+        ///   - now: The time it happened.
+        ///   - effects: Where the effects go, in order.
+        mutating func handle(_ input: Input, now: ContinuousClock.Instant, into effects: inout [Effect]) {
             self.now = now
+            swap(&self.effects, &effects)
+            defer { swap(&self.effects, &effects) }
             switch input {
             case .command(let command): handle(command)
             case .linkUp(let info): adopt(info)
@@ -430,20 +443,16 @@ extension JetStreamLog {
             case .tick: tick()
             }
             finishTurn()
-            defer { effects.removeAll(keepingCapacity: true) }
-            return effects
         }
 
-        private mutating func emit(_ events: [LogEvent]) { outgoing.append(contentsOf: events) }
+        private mutating func emit(_ events: [LogEvent]) {
+            for event in events { effects.append(.post(event)) }
+        }
         private mutating func note(_ line: String) { effects.append(.note(line)) }
         private mutating func publishFacts() { factsChanged = true }
 
         /// Hands the input's events and changed facts to the hub.
         private mutating func finishTurn() {
-            if !outgoing.isEmpty {
-                effects.append(.post(outgoing))
-                outgoing.removeAll(keepingCapacity: true)
-            }
             if facts.proposals != pending.count || facts.held != held.count || facts.polling != polling {
                 facts.proposals = pending.count
                 facts.held = held.count
@@ -929,7 +938,8 @@ extension JetStreamLog {
             }
             let tag = message.headers?[Self.tagHeader] ?? ""
             advance(seq: lastSeq, tag: tag, at: position, payload: message.payload)
-            emit(records.map { .appended($0) } + [.position(LogPosition(seq: lastSeq, streamSeq: position, tag: tag))])
+            for record in records { effects.append(.post(.appended(record))) }
+            effects.append(.post(.position(LogPosition(seq: lastSeq, streamSeq: position, tag: tag))))
             updateAvailability()
         }
 
@@ -1586,7 +1596,7 @@ extension JetStreamLog {
         private mutating func answerLease(_ lease: LeaseRequest, _ result: Result<Range<Int>, StorageError>) {
             switch lease.answer {
             case .waiter: effects.append(.finishLease(result))
-            case .event: emit([.replicaIDs(result)])
+            case .event: effects.append(.post(.replicaIDs(result)))
             }
         }
 
