@@ -254,7 +254,9 @@ extension JetStreamLog {
         /// it has read a record since it started). Every ``chainCheckInterval`` it is compared
         /// with the stream leader's copy: a NATS cluster that loses or replaces an acknowledged
         /// record after a server dies is found, never served as if nothing happened.
-        private var lastReadHash: String?
+        private var lastReadHash: String? { lastReadPayload.map(Self.chainHash) }
+        /// The stored bytes of that record (kept, not hashed, per record: hashed only when compared).
+        private var lastReadPayload: [UInt8]?
         private var lastChainCheck: ContinuousClock.Instant
         /// Until when every record another hub wrote is checked against the stream leader's
         /// copy before it is applied (`nil`: not now). Set for ``suspectWindow`` after anything
@@ -986,7 +988,7 @@ extension JetStreamLog {
         private mutating func advance(seq: UInt64, tag: String, at position: UInt64, payload: [UInt8]) {
             boundaries.append((seq, position))
             if boundaries.count > Self.maxBoundaries { boundaries.removeFirst(Self.maxBoundaries / 2) }
-            lastReadHash = Self.chainHash(payload)
+            lastReadPayload = payload
             next = seq &+ 1
             streamNext = position &+ 1
             lastTag = tag
