@@ -406,6 +406,48 @@ struct ReplicatorTests {
         #expect(hub.notes.contains("the stream ledger has a leader again"))
     }
 
+    @Test("a shared snapshot goes out as a chain of requests (newest head, chunks one at a time, its head, purges) while deliveries go on; one handed over with the link down goes once it is back")
+    func snapshotPublication() throws {
+        var hub = Harness()
+        try hub.open(streamLast: 1)
+        let big = JSON.string(String(repeating: "x", count: 600_000))
+        let snapshot = StoredSnapshot(seq: 1, digest: "d", state: ["blob": big], nextReplica: 5,
+                                      position: LogPosition(seq: 1, streamSeq: 2, tag: "t"))
+        hub.send(.command(.snapshot(snapshot)))
+        #expect(hub.machine.isFinishing)
+        try hub.answer(Harness.api("STREAM.MSG.GET.ledger_META"), Harness.noMessage)
+        // Three chunks of 256 KiB at most, one at a time; a delivery is applied meanwhile.
+        var chunks = 0
+        while let chunk = hub.openRequests(Harness.names.chunks).first {
+            #expect(hub.openRequests(Harness.names.chunks).count == 1, "one chunk in flight at a time")
+            #expect(chunk.payload.count <= 256 << 10)
+            if chunks == 0 {
+                hub.deliver(hub.foreign([Self.record(1)]), at: 2)
+                #expect(hub.appended == [1], "deliveries go on while a snapshot goes out")
+            }
+            try hub.answer(Harness.names.chunks, ["stream": "ledger_META", "seq": JSON(10 + chunks)])
+            chunks += 1
+        }
+        #expect(chunks == 3)
+        let head = try #require(hub.openRequests(Harness.names.head).first)
+        let written = try JSON(parsing: head.payload)
+        #expect(written["chunks"] == 3 && written["first"] == 10 && written["seq"] == 1)
+        try hub.answer(Harness.names.head, ["stream": "ledger_META", "seq": 13])
+        #expect(hub.openRequests(Harness.api("STREAM.PURGE.ledger_META")).count == 2)
+        #expect(!hub.machine.isFinishing)
+        #expect(hub.machine.facts.sharedSnapshotSeq == 1)
+        // Handed over with the link down: published once it is back.
+        hub.send(.linkDown("gone"))
+        let later = StoredSnapshot(seq: 2, digest: "e", state: [:], nextReplica: 5, position: LogPosition(seq: 2, streamSeq: 3, tag: "u"))
+        hub.send(.command(.snapshot(later)))
+        #expect(hub.machine.isFinishing)
+        hub.advance(.milliseconds(150))
+        hub.answered.removeAll()
+        hub.effects.removeAll()
+        try hub.open(streamLast: 2)
+        #expect(!hub.openRequests(Harness.api("STREAM.MSG.GET.ledger_META")).isEmpty, "the waiting snapshot starts once the link is up")
+    }
+
     @Test("requests with no answer time out on a tick: a consumer that cannot be created means reading record by record")
     func requestTimeouts() throws {
         var hub = Harness()

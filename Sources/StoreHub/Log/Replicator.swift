@@ -655,6 +655,11 @@ extension JetStreamLog {
                 let leases = waitingLeases
                 waitingLeases.removeAll()
                 for lease in leases { readLease(lease) }
+                // A snapshot handed over while the link was down goes now.
+                if snapshotJob == nil, let waiting = nextSnapshot {
+                    nextSnapshot = nil
+                    startSnapshot(waiting)
+                }
                 updateAvailability()
             }
         }
@@ -1649,7 +1654,12 @@ extension JetStreamLog {
 
         private mutating func startSnapshot(_ snapshot: StoredSnapshot) {
             // Without its place in the stream, no hub could go on from it.
-            guard let info = link.info, snapshot.seq > facts.sharedSnapshotSeq, snapshot.position != nil else { return }
+            guard snapshot.seq > facts.sharedSnapshotSeq, snapshot.position != nil else { return }
+            guard let info = link.info else {
+                // Published once the link is back (the newest one handed over).
+                nextSnapshot = snapshot
+                return
+            }
             snapshotJob = SnapshotJob(snapshot: snapshot, body: snapshot.body.canonicalBytes, tag: "\(snapshot.seq).\(runID)",
                                       chunkSize: max(4096, min(256 << 10, info.maxPayload - 1024)))
             // The newest head now. Ours is written only if it is still the newest when ours
