@@ -10,7 +10,8 @@ import SyncPOSIX
 import SyncLocks
 import Synchronization
 
-/// The hub: owns the root store, is the single order of actions, and serves replicas.
+/// The hub: the single order of actions over its log, and the server of replicas. The state it
+/// has applied lives in its sequencer (`Applier`); it keeps no store of its own.
 ///
 /// Create it (which binds the socket, so a bad path or a live hub fails right away),
 /// then call ``run(stopOn:)`` on a thread of its own; it returns after ``stop()`` or a
@@ -102,7 +103,7 @@ public final class Hub<App: SyncApp>: Sendable {
         prepared = Locked(sequencer)
     }
 
-    /// Opens the log (recovering the data directory, if any) and replays it into the root store.
+    /// Opens the log (recovering the data directory, if any) and replays it into the applied state.
     private static func makeSequencer(engine: HubEngine, configuration: HubConfiguration) throws(StorageError) -> Sequencer {
         let note = configuration.log
         let log: any HubLog

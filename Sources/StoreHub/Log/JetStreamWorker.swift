@@ -255,7 +255,7 @@ extension JetStreamLog {
     private final class Carrier: @unchecked Sendable {
         // @unchecked: every stored property is touched only by the worker thread after
         // `Thread.start` hands the object over (the opening thread keeps no reference);
-        // `owner` checks this in debug builds.
+        // `owner` (a ThreadOwner) checks this in debug builds.
         private let worker: Worker
         private var replicator: Replicator
         private var connection: NATSConnection?
@@ -270,9 +270,8 @@ extension JetStreamLog {
         private var initial: NATSConnection?
         /// The effects of the input being carried out (reused).
         private var effects: [Replicator.Effect] = []
-        #if DEBUG
-        private var owner: pthread_t?
-        #endif
+        /// The worker thread, claimed when it starts (checked in debug builds).
+        private var owner = ThreadOwner()
 
         init(worker: Worker, replicator: Replicator, connection: NATSConnection) {
             self.worker = worker
@@ -282,9 +281,7 @@ extension JetStreamLog {
 
         /// Feeds one input to the replicator and carries out its effects.
         private func run(_ input: Replicator.Input) {
-            #if DEBUG
-            assert(owner.map { pthread_equal($0, pthread_self()) != 0 } ?? false, "the replicator is driven from its worker thread only")
-            #endif
+            owner.check()
             feed(input)
             while let servers = connectTo {
                 connectTo = nil
@@ -358,9 +355,7 @@ extension JetStreamLog {
 
         /// The worker thread's loop: commands, messages, ticks; effects carried out as they come.
         func run() {
-            #if DEBUG
-            owner = pthread_self()
-            #endif
+            owner.claim()
             if let initial {
                 self.initial = nil
                 adopt(initial)

@@ -16,7 +16,9 @@ import Synchronization
 /// answers, and writes.
 ///
 /// Single-threaded by design: `serve` runs on one thread and nothing else touches this
-/// object, its connections, the sequencer or the log. Not generic: the app is reached
+/// object, its connections, the sequencer or the log. Debug builds check it: `serve` claims
+/// the loop and the sequencer for its thread (``ThreadOwner``), and their entry points stop a
+/// call from any other. Not generic: the app is reached
 /// through the sequencer's engine, specialised for it.
 ///
 /// **Exclusivity.** The stored `var`s of this class and of the per-action classes under it
@@ -56,6 +58,8 @@ final class HubLoop {
     /// When refusals of too many clients were last logged (once a second at most).
     @exclusivity(unchecked) private var lastRefusalLog: ContinuousClock.Instant?
     @exclusivity(unchecked) private var refusalsSinceLog = 0
+    /// The thread running ``serve``: debug builds check it where the loop hands work on.
+    private var owner = ThreadOwner()
 
     init(sequencer: Sequencer, configuration: HubConfiguration, hubID: String) {
         self.sequencer = sequencer
@@ -97,6 +101,9 @@ final class HubLoop {
         // own action (its acknowledgement) leaves before the other replicas' copies.
         var spoke: [Connection] = []
         var idle: [Connection] = []
+        // From here on this thread alone drives the loop and the sequencer (checked in debug builds).
+        owner.claim()
+        sequencer.owner.claim()
         while !stopRequested.load(ordering: .relaxed) {
             pollSet.removeAll(keepingCapacity: true)
             order.removeAll(keepingCapacity: true)
@@ -220,6 +227,7 @@ final class HubLoop {
     /// Runs the sequencer's pass (the log's group commit and what it reports), judges again
     /// what was voided, and releases the answers the applied seq now allows.
     private func pump(now: ContinuousClock.Instant) {
+        owner.check()
         for _ in 0..<4 {
             let result = sequencer.pump(now: now)
             if let broken = result.broken {
@@ -371,6 +379,7 @@ final class HubLoop {
 
     /// Handles up to `framesPerPass` complete frames buffered for one connection.
     private func handleFrames(_ connection: Connection) {
+        owner.check()
         guard !connection.ending else { return }
         guard sequencer.isJudging, connection.awaitingWelcome == nil else {
             // The sequencer is settling (proposals voided): frames wait in the buffer.
@@ -869,6 +878,7 @@ final class HubLoop {
     ///
     /// - Parameter first: Connections to write before the rest (each is written once).
     private func writeAll(first: [Connection]) {
+        owner.check()
         writePass &+= 1
         for connection in first where connections[connection.fd] === connection { flush(connection) }
         for connection in connections.values { flush(connection) }

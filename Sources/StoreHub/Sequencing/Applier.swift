@@ -7,7 +7,8 @@ import SyncCore
 /// hub's own proposals, lets the speculative state be adopted once every proposal in flight
 /// is appended, see ``HubEngine``), records the dispatch in the session table, and appends
 /// the `action` frame (and its `checkpoint`) to the shared ``Backlog`` every replica reads.
-/// Snapshots are written from here, every `snapshotEvery` actions.
+/// Snapshots are taken of the state kept here; the ``Sequencer`` writes them, every
+/// `snapshotEvery` actions.
 ///
 /// On the event-loop thread only. Stored properties are `@exclusivity(unchecked)`: see
 /// ``HubLoop``'s note on exclusivity.

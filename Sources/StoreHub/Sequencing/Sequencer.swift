@@ -27,6 +27,9 @@ final class Sequencer {
     let history: String
     private let proposer: Proposer
     private let applier: Applier
+    /// The loop thread, once the loop claims this sequencer (``HubLoop/serve``): debug builds
+    /// check it at `dispatch` and `pump`, the two entry points.
+    var owner = ThreadOwner()
     @exclusivity(unchecked) private var gate = DurabilityGate()
     /// After proposals were voided: no new judging until every proposal still in flight is
     /// appended and the speculative state is reset.
@@ -164,6 +167,7 @@ final class Sequencer {
     /// ``dispatch(_:id:origin:originName:session:)`` for an action held as a ``WireAction`` (a
     /// canonical dispatch's bytes, forwarded as they are).
     func dispatch(_ action: WireAction, id: DispatchID, origin: Int, originName: String = "", session: SessionEntry?) -> Proposer.Outcome {
+        owner.check()
         let session = session.map { applier.currentSession($0) }
         if let original = proposer.duplicate(session: session, id: id) {
             return .duplicate(original)
@@ -223,6 +227,7 @@ final class Sequencer {
     /// - Parameter now: The time.
     /// - Returns: What the event loop must act on.
     func pump(now: ContinuousClock.Instant) -> PumpResult {
+        owner.check()
         var result = PumpResult()
         passWallTime = nil
         var appliedForeign = false
