@@ -155,7 +155,7 @@ public enum DataDirectory {
             lines.append(contentsOf: start.warnings)
             let sequencer = try Sequencer(engine: engine, log: ReplayLog(start), snapshotEvery: Int.max,
                                           backlogActions: 0, backlogBytes: 0, checkpointEvery: 0, dedupWindow: 1,
-                                          note: { _ in })
+                                          logger: .discarding)
             let first = start.records.first?.seq ?? (start.snapshot?.seq ?? 0)
             lines.append("journal: \(start.records.count) records after the snapshot (seq \(first)…\(sequencer.appliedSeq)), contiguous, every checksum ok")
             lines.append("recovered state: seq \(sequencer.appliedSeq), digest \(sequencer.speculativeSnapshot().digest)")

@@ -105,11 +105,11 @@ public final class Hub<App: SyncApp>: Sendable {
 
     /// Opens the log (recovering the data directory, if any) and replays it into the applied state.
     private static func makeSequencer(engine: HubEngine, configuration: HubConfiguration) throws(StorageError) -> Sequencer {
-        let note = configuration.log
+        let logger = configuration.logger
         let log: any HubLog
         if let shared = configuration.sharedLog {
             log = JetStreamLog(configuration: shared, fingerprint: engine.fingerprint, dataDirectory: configuration.dataDirectory,
-                               stopDescriptor: configuration.stopDescriptor, note: note)
+                               stopDescriptor: configuration.stopDescriptor, logger: logger)
         } else if let directory = configuration.dataDirectory {
             log = FileLog(directory: directory, fingerprint: engine.fingerprint, mode: configuration.fsync,
                           retainedActions: UInt64(max(0, configuration.retainedActions)))
@@ -121,14 +121,14 @@ public final class Hub<App: SyncApp>: Sendable {
                                       backlogActions: configuration.retainedActions, backlogBytes: configuration.backlogBytes,
                                       checkpointEvery: configuration.checkpointEvery, checkpointInterval: configuration.checkpointInterval,
                                       dedupWindow: configuration.dedupWindow,
-                                      note: note)
+                                      logger: logger)
         if let start = sequencer.recoveredFrom, !(log is MemoryLog) {
             let elapsed = ContinuousClock.now - started
             let milliseconds = Int(nanoseconds: elapsed) / 1_000_000
             let files = start.sources.isEmpty ? "a new data directory" : start.sources.joined(separator: ", ")
             let base = start.snapshot.map { "snapshot at seq \($0.seq)" } ?? "no snapshot"
             let mode = configuration.sharedLog == nil ? "fsync \(configuration.fsync.rawValue)" : "log \(log.status.location)"
-            note("hubd: recovered seq \(sequencer.appliedSeq) (\(base) + \(start.records.count) journal records) from \(files) in \(milliseconds) ms; history \(start.history), \(mode)")
+            logger.notice("recovered seq \(sequencer.appliedSeq) (\(base) + \(start.records.count) journal records) from \(files) in \(milliseconds) ms; history \(start.history), \(mode)")
         }
         sequencer.dropRecovery()
         return sequencer
@@ -178,7 +178,7 @@ public final class Hub<App: SyncApp>: Sendable {
                 ?? "in memory: nothing survives this process (use --data-dir to keep the state)"
         }
         let socket = listener.bound ? listener.path : "\(listener.path) (passed by the service manager)"
-        configuration.log("hubd: serving app \(App.fingerprint) on \(socket) (hub \(hubID), history \(history), \(storage)); admits \(loop.accessDescription); at most \(loop.clientLimit) clients")
+        configuration.logger.notice("serving app \(App.fingerprint) on \(socket) (hub \(hubID), history \(history), \(storage)); admits \(loop.accessDescription); at most \(loop.clientLimit) clients")
         if configuration.notifySystemd {
             Systemd.notify("READY=1\nSTATUS=serving \(App.fingerprint) at seq \(loop.seq) on \(listener.path)\nMAINPID=\(getpid())")
         }
@@ -193,6 +193,6 @@ public final class Hub<App: SyncApp>: Sendable {
         }
         let where_ = listener.bound ? (loop.socketRemoved ? "socket \(listener.path) removed" : "\(listener.path) now names another file, left in place")
             : "socket \(listener.path) left to the service manager"
-        configuration.log("hubd: stopped at seq \(loop.seq); \(where_)")
+        configuration.logger.notice("stopped at seq \(loop.seq); \(where_)")
     }
 }

@@ -64,8 +64,9 @@ public struct HubConfiguration: Sendable {
     /// `welcome` aside; past it the replica is dropped (`slow-consumer`) so it never holds
     /// back the others (default 64 MiB).
     public var maxQueuedBytesPerReplica: Int
-    /// Receives one line per notable event (listening, attach, detach, errors).
-    public var log: @Sendable (String) -> Void
+    /// Receives the hub's events (listening, attach, detach, outages, errors), each with its
+    /// level; the program chooses where they go and how they read (default: discarded).
+    public var logger: HubLogger
     /// The data directory for the journal and snapshots; `nil` keeps everything in memory
     /// (nothing survives the process) unless ``sharedLog`` names a replicated log.
     public var dataDirectory: String?
@@ -131,17 +132,17 @@ public struct HubConfiguration: Sendable {
     ///   - socketPath: The socket path.
     ///   - maxFrameBytes: The frame size limit, clamped to 1…``maxFrameBytesCeiling``.
     ///   - maxQueuedBytesPerReplica: The per-replica output limit.
-    ///   - log: The log sink; the default discards.
+    ///   - logger: Where the hub's events go; the default discards them.
     public init(
         socketPath: String,
         maxFrameBytes: Int = Defaults.maxFrameBytes,
         maxQueuedBytesPerReplica: Int = Defaults.maxQueuedBytesPerReplica,
-        log: @escaping @Sendable (String) -> Void = { _ in }
+        logger: HubLogger = .discarding
     ) {
         self.socketPath = socketPath
         self.maxFrameBytes = Self.clampFrameLimit(maxFrameBytes)
         self.maxQueuedBytesPerReplica = maxQueuedBytesPerReplica
-        self.log = log
+        self.logger = logger
     }
 
     private static func clampFrameLimit(_ value: Int) -> Int { min(max(value, 1), maxFrameBytesCeiling) }

@@ -62,7 +62,7 @@ public enum HubCommand {
                         [--backlog-bytes N] [--checkpoint-every N] [--checkpoint-interval SECONDS]
                         [--idle-timeout SECONDS]
                         [--welcome-timeout SECONDS] [--check-determinism] [--log-timestamps on|off]
-                        [--max-frame-bytes N] [--max-queue-bytes N]
+                        [--log-level LEVEL] [--max-frame-bytes N] [--max-queue-bytes N]
                    \(program) --check-data DIR [--repair]
                    \(program) --export DIR [--at SEQ]
                    \(program) --list-apps | --version | --help
@@ -183,6 +183,11 @@ public enum HubCommand {
                                      Start every log line with the time, RFC 3339 in UTC with
                                      milliseconds (2026-11-28T12:45:01.123Z). Default: on when stderr
                                      is a terminal, off otherwise (journald adds its own).
+              --log-level LEVEL      The least level of the lines logged: trace, debug, info,
+                                     notice, warning, error or critical. Default: info (every line
+                                     there is); notice keeps what an operator acts on (serving,
+                                     outages, refusals, the log back), warning only warnings and
+                                     errors.
               --check-data DIR       Verify every snapshot and journal record in DIR offline, replay it,
                                      print a summary (format, seqs, sizes, digest) and exit (0: usable,
                                      1: not).
@@ -238,6 +243,7 @@ public enum HubCommand {
         var logKeyFile: String?
         var logUnauthenticated = false
         var logTimestamps: Bool?
+        var logLevel = HubLogger.Level.info
         var natsReplicas: Int?
         var retainActions: Int?
         var fsyncMode: FsyncMode?
@@ -280,7 +286,7 @@ public enum HubCommand {
 
         let flags = ["--app", "--socket", "--socket-mode", "--socket-group", "--allow-uid", "--max-clients", "--data-dir",
                      "--log", "--log-key-file", "--log-unauthenticated", "--nats-credentials", "--nats-replicas", "--retain-actions", "--fsync", "--snapshot-every", "--dedup-window",
-                     "--backlog-bytes", "--checkpoint-every", "--checkpoint-interval", "--idle-timeout", "--welcome-timeout", "--check-determinism", "--log-timestamps",
+                     "--backlog-bytes", "--checkpoint-every", "--checkpoint-interval", "--idle-timeout", "--welcome-timeout", "--check-determinism", "--log-timestamps", "--log-level",
                      "--max-frame-bytes", "--max-queue-bytes", "--check-data", "--repair", "--export", "--at", "--list-apps", "--version", "--help"]
         while let argument = arguments.next() {
             switch argument {
@@ -356,6 +362,12 @@ public enum HubCommand {
                 case "off": logTimestamps = false
                 default: hubFail("--log-timestamps is on or off, got \"\(ControlCharacters.escaped(text))\"", status: 2)
                 }
+            case "--log-level":
+                let text = value(for: argument, &arguments)
+                guard let level = HubLogger.Level(name: text) else {
+                    hubFail("--log-level is one of \(HubLogger.Level.allCases.map(\.description).joined(separator: ", ")), got \"\(ControlCharacters.escaped(text))\"", status: 2)
+                }
+                logLevel = level
             case "--backlog-bytes": backlogBytes = positiveInt(for: argument, &arguments)
             case "--checkpoint-every":
                 let text = value(for: argument, &arguments)
@@ -495,10 +507,10 @@ public enum HubCommand {
             socketPath: SocketPath.resolve(explicit: socketFlag, app: appName),
             maxFrameBytes: maxFrameBytes,
             maxQueuedBytesPerReplica: maxQueueBytes,
-            // The hub's own lines say "hubd: "; a hub of your own app says its own name.
-            log: { line in
-                let named = program != "hubd" && line.hasPrefix("hubd: ") ? program + ": " + line.dropFirst(6) : line
-                logs.write(stamped ? LogTimestamp.now() + " " + named : named)
+            // The library names no program: each line is `PROGRAM: [warning: |error: ]MESSAGE`.
+            logger: HubLogger(logLevel: logLevel) { level, message, metadata in
+                let line = HubLogger.line(program: program, level: level, message: message, metadata: metadata)
+                logs.write(stamped ? LogTimestamp.now() + " " + line : line)
             }
         )
         configuration.dataDirectory = dataDirectory
@@ -582,9 +594,9 @@ fileprivate func serve<App: SyncApp>(_ app: App, configuration: HubConfiguration
         stop(error.message, status: 1)
     }
     let limit = DescriptorLimit.raise()
-    configuration.log(limit.after > limit.before
-        ? "\(HubCommand.program): open-files limit raised from \(limit.before) to \(limit.after) (the hard limit is \(limit.hard))"
-        : "\(HubCommand.program): open-files limit \(limit.after) (the hard limit is \(limit.hard))")
+    configuration.logger.info(limit.after > limit.before
+        ? "open-files limit raised from \(limit.before) to \(limit.after) (the hard limit is \(limit.hard))"
+        : "open-files limit \(limit.after) (the hard limit is \(limit.hard))")
     if let passed = Systemd.listenDescriptors() {
         guard passed.count == 1, let fd = passed.first else {
             stop("the service manager passed \(passed.count) sockets (LISTEN_FDS); the hub serves exactly one: give the .socket unit one ListenStream=", status: 2)

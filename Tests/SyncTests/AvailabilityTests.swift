@@ -26,11 +26,11 @@ private final class Load {
     }
 
     /// Runs the load for `duration`, calling `during` once a turn (a fault, a measurement).
-    func run(for duration: Duration, during: () async throws -> Void = {}) async throws {
+    func run(for duration: Duration, sending: Bool = true, during: () async throws -> Void = {}) async throws {
         let end = ContinuousClock.now + duration
         while ContinuousClock.now < end {
             for (index, client) in clients.enumerated() {
-                if waiting[index] == nil {
+                if sending, waiting[index] == nil {
                     nextID += 1
                     waiting[index] = nextID
                     sentAt[nextID] = Date()
@@ -50,6 +50,15 @@ private final class Load {
                 }
             }
             try await during()
+        }
+    }
+
+    /// Waits until every dispatch sent has its answer (none is left in flight).
+    func drain(timeout: Duration = .seconds(60)) async throws {
+        let deadline = ContinuousClock.now + scaled(timeout)
+        while !waiting.allSatisfy({ $0 == nil }) {
+            guard ContinuousClock.now < deadline else { throw HarnessError("dispatches still unanswered after \(timeout): \(waiting)") }
+            try await run(for: .milliseconds(50), sending: false)
         }
     }
 
@@ -187,10 +196,12 @@ extension MultiProcessTests {
                 #expect(refusing <= 1 && refusing == accepting, "hub \(index): \(refusing) refusing, \(accepting) accepting lines: \(processes[index].errorLines.dropFirst(marks[index]))")
                 #expect(load.accepted(index, since: election) > 0, "hub \(index) takes dispatches again")
             }
-            // Every hub converges on one state.
+            // Every hub converges on one state: exactly the dispatches acknowledged, once each.
+            try await load.drain()
             let total = UInt64(load.outcomes.filter { !$0.refused }.count)
             let statuses = try await hubs.settled([0, 1, 2], at: total)
-            #expect(Set(statuses.map(\.digest)).count == 1)
+            #expect(statuses.allSatisfy { $0.seq == total } && Set(statuses.map(\.digest)).count == 1,
+                    "\(statuses.map { "seq \($0.seq) digest \($0.digest)" }), \(total) acknowledged")
         }
     }
 }

@@ -624,7 +624,9 @@ extension MultiProcessTests {
             configuration.dataDirectory = fixture.directory + "/data"
             configuration.snapshotEvery = 1
             let lines = Locked<[String]>([])
-            configuration.log = { line in lines.withLock { $0.append(line) } }
+            configuration.logger = HubLogger { level, message, metadata in
+                lines.withLock { $0.append(HubLogger.line(program: "hubd", level: level, message: message, metadata: metadata)) }
+            }
             for round in 0..<2 {
                 let hub = try Hub(app: WideCounterApp(), configuration: configuration)
                 let finished = Atomic<Bool>(false)

@@ -41,7 +41,7 @@ private final class ScriptedLog: HubLog {
 struct SequencerTests {
     private func sequencer(_ log: ScriptedLog) throws -> Sequencer {
         try Sequencer(engine: HubEngine(app: JSONApp()), log: log, snapshotEvery: 1_000, backlogActions: 100,
-                      backlogBytes: 1 << 20, checkpointEvery: 0, dedupWindow: 1_000, note: { _ in })
+                      backlogBytes: 1 << 20, checkpointEvery: 0, dedupWindow: 1_000, logger: .discarding)
     }
 
     private func set(_ path: String, _ value: Int) -> JSON { ["type": "set", "path": .string(path), "value": JSON(value)] }
@@ -207,7 +207,7 @@ struct SequencerTests {
         let clock = Locked<Int64>(1_764_339_000_000)
         let sequencer = try Sequencer(engine: HubEngine(app: JSONApp()), log: log, snapshotEvery: 1_000, backlogActions: 100,
                                       backlogBytes: 1 << 20, checkpointEvery: 0, dedupWindow: 1_000,
-                                      wallClock: { clock.withLock { $0 += 5; return $0 } }, note: { _ in })
+                                      wallClock: { clock.withLock { $0 += 5; return $0 } }, logger: .discarding)
         #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, originName: "alice", session: nil) == .proposed(1))
         // Judged in the same pass: the clock is read once for both.
         #expect(sequencer.dispatch(set("/b", 2), id: .number(2), origin: 2, session: nil) == .proposed(2))

@@ -53,7 +53,7 @@ package final class JetStreamLog: HubLog {
     private let configuration: SharedLogConfiguration
     private let fingerprint: String
     private let dataDirectory: String?
-    private let note: @Sendable (String) -> Void
+    private let logger: HubLogger
     private let names: Names
     /// The worker and what the two threads share.
     private let worker: Worker
@@ -90,14 +90,14 @@ package final class JetStreamLog: HubLog {
     ///   - stopDescriptor: Readable when the hub should stop: opening gives up waiting.
     ///   - note: The log sink.
     package init(configuration: SharedLogConfiguration, fingerprint: String, dataDirectory: String?,
-                 stopDescriptor: Int32? = nil, note: @escaping @Sendable (String) -> Void) {
+                 stopDescriptor: Int32? = nil, logger: HubLogger) {
         self.stopDescriptor = stopDescriptor
         self.configuration = configuration
         self.fingerprint = fingerprint
         self.dataDirectory = dataDirectory
-        self.note = note
+        self.logger = logger
         names = Names(stream: configuration.stream)
-        worker = Worker(configuration: configuration, names: names, note: note)
+        worker = Worker(configuration: configuration, names: names, logger: logger)
     }
 
     deinit { close() }
@@ -121,11 +121,11 @@ package final class JetStreamLog: HubLog {
         while true {
             do throws(StorageError) {
                 let start = try openOnce()
-                if waiting { note("hubd: the shared log \(configuration.redacted) answers") }
+                if waiting { logger.notice("the shared log \(configuration.redacted) answers") }
                 return start
             } catch where error.isTransient && ContinuousClock.now + delay < deadline {
                 if !waiting {
-                    note("hubd: waiting for the shared log (up to \(Self.openPatience)): \(error.message)")
+                    logger.notice("waiting for the shared log (up to \(Self.openPatience)): \(error.message)")
                     waiting = true
                 }
                 let milliseconds = Int32(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
@@ -318,7 +318,7 @@ package final class JetStreamLog: HubLog {
             ]
             do throws(NATSError) {
                 _ = try connection.jetStream("STREAM.CREATE." + name, config)
-                note("hubd: created the stream \(name) (\(configuration.replicas) replica\(configuration.replicas == 1 ? "" : "s")) on \(connection.server)")
+                logger.notice("created the stream \(name) (\(configuration.replicas) replica\(configuration.replicas == 1 ? "" : "s")) on \(connection.server)")
             } catch where error.kind == .api(code: 400, errCode: JetStreamErrorCode.streamNameInUse) || error.kind == .api(code: 400, errCode: JetStreamErrorCode.subjectsOverlap) {
                 // Another hub created it meanwhile (with other settings: "name already in
                 // use"; or, as the server checks subjects first, "subjects overlap with an
@@ -461,7 +461,7 @@ package final class JetStreamLog: HubLog {
                 case .failure(let reason):
                     skipped += 1
                     if skipped <= 20 {
-                        note("hubd: warning: skipped stream seq \(streamNext) of \(names.stream): \(reason.message); every hub of the stream skips it alike")
+                        logger.warning("skipped stream seq \(streamNext) of \(names.stream): \(reason.message); every hub of the stream skips it alike")
                     }
                 }
                 streamNext += 1
@@ -549,7 +549,7 @@ package final class JetStreamLog: HubLog {
               let content = json["content"]?.stringValue else { return nil }
         // The head is tagged like a record: only a hub holding the key wrote it.
         guard configuration.keys.isValid(head.headers?[Replicator.tagHeader] ?? "", for: .snapshotHead(body: head.data, contentDigest: [])) else {
-            note("hubd: warning: the shared snapshot head at seq \(seq) does not verify under this hub's key (not written by a hub of this stream); starting without it")
+            logger.warning("the shared snapshot head at seq \(seq) does not verify under this hub's key (not written by a hub of this stream); starting without it")
             return nil
         }
         var body: [UInt8] = []
@@ -569,7 +569,7 @@ package final class JetStreamLog: HubLog {
         }
         guard SHA256.hex(SHA256.hash(body)) == content, let parsed = try? JSON(parsing: body),
               case .success(let snapshot) = StoredSnapshot.read(parsed), snapshot.seq == seq, snapshot.position != nil else {
-            note("hubd: warning: the shared snapshot at seq \(seq) is damaged; starting from an older one")
+            logger.warning("the shared snapshot at seq \(seq) is damaged; starting from an older one")
             return nil
         }
         return snapshot
@@ -626,7 +626,7 @@ package final class JetStreamLog: HubLog {
         for event in events[first...] {
             if case .broken(let error) = event, error.discardsLocalSnapshots, let localSnapshots {
                 localSnapshots.discardAll()
-                note("hubd: discarded the local snapshots in \(localSnapshots.directory): they may hold the record the stream no longer has")
+                logger.notice("discarded the local snapshots in \(localSnapshots.directory): they may hold the record the stream no longer has")
             }
         }
     }

@@ -69,7 +69,7 @@ extension JetStreamLog {
         private let shared = Locked(Shared())
         private let configuration: SharedLogConfiguration
         private let names: Names
-        let note: @Sendable (String) -> Void
+        let logger: HubLogger
         /// hub → worker: a byte means "look at the commands".
         private let wakeRead: Int32
         private let wakeWrite: Int32
@@ -80,10 +80,10 @@ extension JetStreamLog {
         private let finished = DispatchSemaphore(value: 0)
         private let running = Atomic<Bool>(false)
 
-        init(configuration: SharedLogConfiguration, names: Names, note: @escaping @Sendable (String) -> Void) {
+        init(configuration: SharedLogConfiguration, names: Names, logger: HubLogger) {
             self.configuration = configuration
             self.names = names
-            self.note = note
+            self.logger = logger
             let wake = (try? UnixSocket.makePipe()) ?? (-1, -1)
             let ready = (try? UnixSocket.makePipe()) ?? (-1, -1)
             wakeRead = wake.0
@@ -111,7 +111,7 @@ extension JetStreamLog {
                 throw NATSError(.unsupported, problem)
             }
             if connection.serverVersion == nil, !warnedUnknownVersion.exchange(true, ordering: .relaxed) {
-                note("hubd: warning: NATS at \(connection.server) does not say which release it runs; this hub supports nats-server \(JetStreamLog.supportedServers)")
+                logger.warning("NATS at \(connection.server) does not say which release it runs; this hub supports nats-server \(JetStreamLog.supportedServers)")
             }
             return connection
         }
@@ -334,8 +334,8 @@ extension JetStreamLog {
                 outgoing.append(event)
             case .facts(let new, let available):
                 facts = (new, available)
-            case .note(let line):
-                worker.note("hubd: " + line)
+            case .log(let level, let message):
+                worker.logger.log(level: level, message)
             case .finishLease(let result):
                 worker.finishLease(result)
             }

@@ -63,8 +63,9 @@ extension JetStreamLog {
             case post(LogEvent)
             /// The facts `status` shows, and whether dispatches are accepted.
             case facts(Facts, available: Bool)
-            /// A line for the hub's log (the library's wording; the executable prefixes it).
-            case note(String)
+            /// An event for the hub's log, at its level (the library's wording; the program
+            /// prefixes it).
+            case log(HubLogger.Level, String)
             /// Answers the thread waiting in ``Worker/reserve(from:count:)``.
             case finishLease(Result<Range<Int>, StorageError>)
         }
@@ -450,7 +451,7 @@ extension JetStreamLog {
         private mutating func emit(_ events: [LogEvent]) {
             for event in events { effects.append(.post(event)) }
         }
-        private mutating func note(_ line: String) { effects.append(.note(line)) }
+        private mutating func note(_ line: String, _ level: HubLogger.Level = .info) { effects.append(.log(level, line)) }
         private mutating func publishFacts() { factsChanged = true }
 
         /// Hands the input's events and changed facts to the hub.
@@ -601,7 +602,7 @@ extension JetStreamLog {
                 return
             }
             if everConnected {
-                note("reconnected to the shared log at \(info.server); reading from seq \(next)")
+                note("reconnected to the shared log at \(info.server); reading from seq \(next)", .notice)
                 suspect()
             }
             everConnected = true
@@ -682,7 +683,7 @@ extension JetStreamLog {
                 emit([.inDoubt(from: pending.first?.record.seq ?? next, reason: "the link to NATS dropped: \(reason)")])
             }
             inDoubt = true
-            note("lost the shared log (\(reason)); reconnecting")
+            note("lost the shared log (\(reason)); reconnecting", .notice)
             publishFacts()
         }
 
@@ -1011,7 +1012,7 @@ extension JetStreamLog {
             lastProgress = now
             if let target = catchUpTarget, streamNext > target { catchUpTarget = nil }
             if skipped <= 100 || skipped % 1000 == 0 {
-                note("warning: skipped stream seq \(position) of \(names.stream) (\(skipped) so far): \(reason.message); every hub of the stream skips it alike")
+                note("skipped stream seq \(position) of \(names.stream) (\(skipped) so far): \(reason.message); every hub of the stream skips it alike", .warning)
             }
             if let first = pending.first, first.expectedStream + 1 == position {
                 void(from: 0, .conflict(from: first.record.seq, logLast: next - 1))
@@ -1055,7 +1056,7 @@ extension JetStreamLog {
         /// consumer), when what a server delivered is not what the stream's leader answered.
         private mutating func readAgain(because reason: String) {
             suspect()
-            note("warning: \(reason); reading the stream again from seq \(next)")
+            note("\(reason); reading the stream again from seq \(next)", .warning)
             if polling {
                 readRecordByRecord()
                 pollNext()
@@ -1122,7 +1123,7 @@ extension JetStreamLog {
         private mutating func leaderFound() {
             guard awaitingLeader else { return }
             awaitingLeader = false
-            note("the stream \(names.stream) has a leader again")
+            note("the stream \(names.stream) has a leader again", .notice)
             publishFacts()
         }
 
@@ -1261,7 +1262,7 @@ extension JetStreamLog {
         private mutating func updateAvailability() {
             if inDoubt, case .up = link, pending.allSatisfy({ $0.acknowledged }), catchUpTarget == nil {
                 inDoubt = false
-                note("the shared log is back at seq \(next - 1)")
+                note("the shared log is back at seq \(next - 1)", .notice)
             }
             publishFacts()
         }

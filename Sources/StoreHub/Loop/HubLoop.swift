@@ -232,7 +232,7 @@ final class HubLoop {
             let result = sequencer.pump(now: now)
             if let broken = result.broken {
                 brokenLog = broken
-                configuration.log("hubd: \(broken.message)")
+                configuration.logger.notice("\(broken.message)")
                 return
             }
             if let voidedFrom = result.voidedFrom { pipeline.void(from: voidedFrom) }
@@ -282,21 +282,21 @@ final class HubLoop {
                 guard let fd = try UnixSocket.accept(listener) else { return }
                 if acceptFailing {
                     acceptFailing = false
-                    configuration.log("hubd: accepting connections again")
+                    configuration.logger.notice("accepting connections again")
                 }
                 guard let peer = PeerCredentials.of(fd) else {
                     refuse(fd, WireError(.forbidden, "the hub cannot tell which user connected (no peer credentials); connection refused"))
                     continue
                 }
                 guard policy.admits(peer, groups: { PeerCredentials.groups(of: fd) }) else {
-                    configuration.log("hubd: refused uid \(peer.uid) (\(Accounts.userName(peer.uid))) pid \(peer.pid): not admitted (admitted: \(policy.description))")
+                    configuration.logger.info("refused uid \(peer.uid) (\(Accounts.userName(peer.uid))) pid \(peer.pid): not admitted (admitted: \(policy.description))")
                     refuse(fd, WireError(.forbidden, "uid \(peer.uid) may not use this hub (it admits \(policy.description)); ask its operator to run it with --allow-uid \(peer.uid) or --socket-group"))
                     continue
                 }
                 guard connections.count < maxClients else {
                     refusalsSinceLog += 1
                     if lastRefusalLog.map({ ContinuousClock.now - $0 >= .seconds(1) }) ?? true {
-                        configuration.log("hubd: refused \(refusalsSinceLog) connection(s): \(connections.count) clients already (--max-clients \(maxClients))")
+                        configuration.logger.info("refused \(refusalsSinceLog) connection(s): \(connections.count) clients already (--max-clients \(maxClients))")
                         lastRefusalLog = .now
                         refusalsSinceLog = 0
                     }
@@ -311,7 +311,7 @@ final class HubLoop {
                 // and accepting is retried every 100 ms.
                 if !acceptFailing {
                     acceptFailing = true
-                    configuration.log("hubd: cannot accept new connections: \(error.message); waiting clients stay queued and accepting is retried every 100 ms (raise the open-files limit, ulimit -n, or lower --max-clients)")
+                    configuration.logger.notice("cannot accept new connections: \(error.message); waiting clients stay queued and accepting is retried every 100 ms (raise the open-files limit, ulimit -n, or lower --max-clients)")
                 }
                 acceptPausedUntil = .now + .milliseconds(100)
                 return
@@ -654,9 +654,9 @@ final class HubLoop {
         attached.append(connection)
         let peer = "uid \(connection.peer.uid), pid \(connection.peer.pid)"
         if let resumedAt {
-            configuration.log("hubd: \(connection.label) resumed at seq \(resumedAt) (\(sequencer.appliedSeq - min(resumedAt, sequencer.appliedSeq)) actions replayed; \(peer))")
+            configuration.logger.info("\(connection.label) resumed at seq \(resumedAt) (\(sequencer.appliedSeq - min(resumedAt, sequencer.appliedSeq)) actions replayed; \(peer))")
         } else {
-            configuration.log("hubd: \(connection.label) attached at seq \(seq) (\(peer))")
+            configuration.logger.info("\(connection.label) attached at seq \(seq) (\(peer))")
         }
     }
 
@@ -750,7 +750,7 @@ final class HubLoop {
         } catch {
             // Only a message carrying client-chosen text could get here (it never does in
             // practice: such text arrived in a frame of at most --max-frame-bytes).
-            configuration.log("hubd: cannot frame a \(message.typeName) message for \(connection.label): \(error.description)")
+            configuration.logger.notice("cannot frame a \(message.typeName) message for \(connection.label): \(error.description)")
         }
     }
 
@@ -826,7 +826,7 @@ final class HubLoop {
 
     /// Sends `error` and closes the connection once it is flushed; other clients carry on.
     private func fail(_ connection: Connection, _ error: WireError) {
-        configuration.log("hubd: closing \(connection.label): \(error.rawCode): \(ControlCharacters.escaped(error.message))")
+        configuration.logger.info("closing \(connection.label): \(error.rawCode): \(ControlCharacters.escaped(error.message))")
         send(.error(error), to: connection)
         detach(connection)
         connection.output.stopFollowing(at: backlog.end)
@@ -940,7 +940,7 @@ final class HubLoop {
     /// Stops broadcasting to a client that finished sending and closes it once its queue is written.
     private func finishAfterFlush(_ connection: Connection) {
         if connection.state.replica != nil {
-            configuration.log("hubd: \(connection.label) disconnected")
+            configuration.logger.info("\(connection.label) disconnected")
         }
         detach(connection)
         connection.output.stopFollowing(at: backlog.end)
@@ -949,7 +949,7 @@ final class HubLoop {
 
     private func drop(_ connection: Connection, reason: String) {
         if connection.state.replica != nil, !connection.isClosing {
-            configuration.log("hubd: \(connection.label) \(reason)")
+            configuration.logger.info("\(connection.label) \(reason)")
         }
         detach(connection)
         close(connection)

@@ -27,16 +27,16 @@ final class Applier {
     @exclusivity(unchecked) private var frames: [UInt8] = []
     @exclusivity(unchecked) private var frameStarts: [Int] = []
     @exclusivity(unchecked) private var framesFirst: UInt64 = 1
-    private let note: @Sendable (String) -> Void
+    private let logger: HubLogger
     /// Whether the engine keeps the root state apart from the speculative one.
     let keepsRoot: Bool
 
-    init(engine: HubEngine, backlog: Backlog, dedupWindow: Int, keepsRoot: Bool, note: @escaping @Sendable (String) -> Void) {
+    init(engine: HubEngine, backlog: Backlog, dedupWindow: Int, keepsRoot: Bool, logger: HubLogger) {
         self.engine = engine
         self.keepsRoot = keepsRoot
         self.backlog = backlog
         self.sessions = SessionTable(window: dedupWindow)
-        self.note = note
+        self.logger = logger
         frames.reserveCapacity(64 << 10)
     }
 
@@ -73,7 +73,7 @@ final class Applier {
             // The whole state is serialised only at seqs something recorded a digest for.
             let replayed = Digest.of(engine.snapshot(.root))
             if let digest = record.checkpoint, digest != replayed {
-                note("hubd: warning: replaying journal record seq \(record.seq) gives digest \(replayed), but when it was first applied the digest was \(digest): the reducer is not deterministic, or the app changed without a new version; replicas will re-hydrate at their next checkpoint")
+                logger.warning("replaying journal record seq \(record.seq) gives digest \(replayed), but when it was first applied the digest was \(digest): the reducer is not deterministic, or the app changed without a new version; replicas will re-hydrate at their next checkpoint")
             }
             if let digest = snapshotDigest, digest != replayed {
                 throw StorageError("after replaying to seq \(record.seq) the state's digest is \(replayed), but the snapshot at that seq says \(digest): the reducer is not deterministic, or the app changed without a new version", isDataProblem: true)
@@ -169,11 +169,11 @@ final class Applier {
             if let digest = record.checkpoint {
                 let local = Digest.of(engine.snapshot(.root))
                 if local != digest {
-                    note("hubd: warning: after record seq \(record.seq), written by another hub, this hub's state digest is \(local), the writer's was \(digest): the hubs run reducers that differ (or one is not deterministic); replicas of this hub will re-hydrate at this checkpoint")
+                    logger.warning("after record seq \(record.seq), written by another hub, this hub's state digest is \(local), the writer's was \(digest): the hubs run reducers that differ (or one is not deterministic); replicas of this hub will re-hydrate at this checkpoint")
                 }
             }
         case .badAction(let message), .rejected(let message):
-            note("hubd: error: record seq \(record.seq), written by another hub, is refused here (\(message)): the hubs run reducers that differ; this hub's state no longer includes it")
+            logger.error("record seq \(record.seq), written by another hub, is refused here (\(message)): the hubs run reducers that differ; this hub's state no longer includes it")
         }
         if let frame = Self.frame(for: record) {
             frames.append(contentsOf: frame)
@@ -195,7 +195,7 @@ final class Applier {
         }
         for record in pendingRoot {
             if case .badAction(let message) = engine.apply(record.wire) {
-                note("hubd: error: own record seq \(record.seq) does not apply to the root state (\(message))")
+                logger.error("own record seq \(record.seq) does not apply to the root state (\(message))")
             }
         }
         pendingRoot.removeAll(keepingCapacity: true)
@@ -225,7 +225,7 @@ final class Applier {
     /// Forgets sessions idle for longer than the session table's limit.
     func expireSessions(now: ContinuousClock.Instant) {
         let evicted = sessions.expire(now: now)
-        if evicted > 0 { note("hubd: forgot \(evicted) client sessions idle for more than 24 hours (a dispatch they re-send now is applied again)") }
+        if evicted > 0 { logger.notice("forgot \(evicted) client sessions idle for more than 24 hours (a dispatch they re-send now is applied again)") }
     }
 
     /// Sessions the table dropped to stay within its bound since the last call, for the log.

@@ -63,7 +63,7 @@ final class Sequencer {
     @exclusivity(unchecked) private var lastSnapshotSeq: UInt64 = 0
     @exclusivity(unchecked) private var nextReplica = 1
     @exclusivity(unchecked) private var replicaLeaseEnd = 0
-    private let note: @Sendable (String) -> Void
+    private let logger: HubLogger
 
     /// What one pump found that the event loop must act on.
     struct PumpResult {
@@ -83,22 +83,22 @@ final class Sequencer {
     init(engine: HubEngine, log: any HubLog, snapshotEvery: Int, backlogActions: Int, backlogBytes: Int,
          checkpointEvery: Int, checkpointInterval: Duration? = nil, dedupWindow: Int,
          wallClock: @escaping @Sendable () -> Int64 = LogTimestamp.milliseconds,
-         note: @escaping @Sendable (String) -> Void) throws(StorageError) {
+         logger: HubLogger) throws(StorageError) {
         self.engine = engine
         self.wallClock = wallClock
         self.checkpointInterval = checkpointInterval.flatMap { $0 > .zero ? $0 : nil }
         self.quietSpell = (self.checkpointInterval ?? .zero) * 2
         self.log = log
         self.snapshotEvery = UInt64(max(1, snapshotEvery))
-        self.note = note
+        self.logger = logger
         gate = DurabilityGate(probeInterval: log.isShared ? .zero : .seconds(1))
         let backlog = Backlog(minimumActions: backlogActions, maximumBytes: backlogBytes)
         proposer = Proposer(engine: engine, checkpointEvery: UInt64(max(0, checkpointEvery)))
         engine.setKeepsRoot(log.mayRefuse)
-        applier = Applier(engine: engine, backlog: backlog, dedupWindow: dedupWindow, keepsRoot: log.mayRefuse, note: note)
+        applier = Applier(engine: engine, backlog: backlog, dedupWindow: dedupWindow, keepsRoot: log.mayRefuse, logger: logger)
         let start = try log.open()
         history = start.history
-        for warning in start.warnings { note("hubd: warning: \(warning)") }
+        for warning in start.warnings { logger.warning(warning) }
         do throws(StorageError) {
             try applier.start(from: start, now: .now)
         } catch {
@@ -116,7 +116,7 @@ final class Sequencer {
             nextReplica = max(nextReplica, block.lowerBound)
             replicaLeaseEnd = block.upperBound
         } catch {
-            note("hubd: cannot reserve replica ids yet (\(error.message)); asking again when a replica attaches")
+            logger.notice("cannot reserve replica ids yet (\(error.message)); asking again when a replica attaches")
         }
     }
 
@@ -265,7 +265,7 @@ final class Sequencer {
                     ? "the shared log did not take it (\(error.message)); nothing was applied — retry once the log is back"
                     : "the hub cannot write its journal (\(error.message)); nothing was applied — retry once the disk has room or works again"
                 if gate.isOpen {
-                    note("hubd: \(error.message); refusing dispatches with unavailable until writing works again")
+                    logger.notice("\(error.message); refusing dispatches with unavailable until writing works again")
                     result.becameUnavailable = reason
                 }
                 gate.close(reason)
@@ -273,7 +273,7 @@ final class Sequencer {
             case .inDoubt(_, let reason):
                 let refusal = "the hub cannot reach its log (\(reason)); nothing was applied — retry once it is back"
                 if gate.isOpen {
-                    note("hubd: \(reason); refusing dispatches with unavailable until the log is back")
+                    logger.notice("\(reason); refusing dispatches with unavailable until the log is back")
                     result.becameUnavailable = refusal
                 }
                 gate.close(refusal)
@@ -304,7 +304,7 @@ final class Sequencer {
             writeSnapshot()
         }
         if gate.probeIfDue(now: now, { log.probe() }) {
-            note("hubd: the log can be written again; accepting dispatches")
+            logger.notice("the log can be written again; accepting dispatches")
             result.becameAvailable = true
         }
         if now - lastExpiry >= .seconds(60) {
@@ -313,7 +313,7 @@ final class Sequencer {
         }
         let evicted = applier.takeEvictedSessions()
         if !evicted.isEmpty {
-            note("hubd: forgot \(evicted.count) client sessions to stay within \(SessionTable.maxSessions) (least recently used first): \(evicted.map { ControlCharacters.escaped($0) }.joined(separator: ", ")); a dispatch they re-send now is applied again")
+            logger.notice("forgot \(evicted.count) client sessions to stay within \(SessionTable.maxSessions) (least recently used first): \(evicted.map { ControlCharacters.escaped($0) }.joined(separator: ", ")); a dispatch they re-send now is applied again")
         }
         return result
     }
@@ -371,7 +371,7 @@ final class Sequencer {
             replicaIDsFailedAt = nil
         case .failure(let error):
             if replicaIDsFailedAt == nil {
-                note("hubd: cannot reserve replica ids (\(error.message)); new replicas are refused with unavailable once the ids held run out")
+                logger.notice("cannot reserve replica ids (\(error.message)); new replicas are refused with unavailable once the ids held run out")
             }
             replicaIDsFailedAt = .now
         }
@@ -429,7 +429,7 @@ final class Sequencer {
         // A snapshot the app cannot read back would keep the hub from starting; the log
         // still holds every action, so skipping it loses nothing.
         if let error = engine.validate(state) {
-            note("hubd: not writing a snapshot at seq \(applier.seq): the state does not decode from its own encoding (\(error.message)); the journal still holds every action. The app's encodeState/decodeState must round-trip (a Codable state needs integers within ±(2^53 − 1) and finite numbers)")
+            logger.notice("not writing a snapshot at seq \(applier.seq): the state does not decode from its own encoding (\(error.message)); the journal still holds every action. The app's encodeState/decodeState must round-trip (a Codable state needs integers within ±(2^53 − 1) and finite numbers)")
             lastSnapshotSeq = applier.seq
             return
         }
@@ -440,7 +440,7 @@ final class Sequencer {
             try log.writeSnapshot(stored)
             lastSnapshotSeq = applier.seq
         } catch {
-            note("hubd: \(error.message); the journal still holds every action, so nothing is lost")
+            logger.notice("\(error.message); the journal still holds every action, so nothing is lost")
             lastSnapshotSeq = applier.seq
         }
     }
