@@ -1,5 +1,5 @@
 import Foundation
-import StoreHub
+@testable import StoreHub
 import SyncLocks
 import Testing
 #if canImport(Glibc)
@@ -65,5 +65,32 @@ extension MultiProcessTests {
             #expect(!hub.errorLines.contains { $0.contains("attached at seq") || $0.contains("disconnected") || $0.contains("open-files limit") },
                     "\(hub.errorLines)")
         }
+    }
+}
+
+@Suite("Account names for refusal lines: looked up off the loop thread, cached, bounded")
+struct AccountNamesTests {
+    @Test("a cached name is given at once; a new one is looked up on the background queue, once; past the bound of waiting look-ups the uid stands for the name")
+    func lookUps() async throws {
+        let calls = Locked<[UInt32: Int]>([:])
+        let gate = DispatchSemaphore(value: 0)
+        let names = AccountNames { uid in
+            calls.withLock { $0[uid, default: 0] += 1 }
+            gate.wait()
+            return "user\(uid)"
+        }
+        let seen = Locked<[String]>([])
+        // Blocks in the background, never on this thread.
+        names.withName(7) { name in seen.withLock { $0.append(name) } }
+        #expect(seen.withLock { $0 }.isEmpty)
+        for uid in 100..<(100 + UInt32(AccountNames.maxPending) - 1) { names.withName(uid) { _ in } }
+        names.withName(9) { name in seen.withLock { $0.append(name) } }
+        #expect(seen.withLock { $0 } == ["9"], "past the bound, the uid alone, at once")
+        for _ in 0..<AccountNames.maxPending { gate.signal() }
+        try await waitUntil("the look-ups to finish") { seen.withLock { $0.count } == 2 }
+        #expect(seen.withLock { $0 } == ["9", "user7"])
+        names.withName(7) { name in seen.withLock { $0.append(name) } }
+        #expect(seen.withLock { $0 } == ["9", "user7", "user7"], "cached: at once, no second look-up")
+        #expect(calls.withLock { $0[7] } == 1 && calls.withLock { $0[9] } == nil, "7 looked up once, 9 never")
     }
 }

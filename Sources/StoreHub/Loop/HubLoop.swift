@@ -58,6 +58,10 @@ final class HubLoop {
     /// When refusals of too many clients were last logged (once a second at most).
     @exclusivity(unchecked) private var lastRefusalLog: ContinuousClock.Instant?
     @exclusivity(unchecked) private var refusalsSinceLog = 0
+    /// Who is admitted, in words: named once, before serving (NSS look-ups, never on the loop).
+    private let admittedDescription: String
+    /// User names for refusal lines, looked up off the loop thread.
+    private let accountNames = AccountNames()
     /// The thread running ``serve``: debug builds check it where the loop hands work on.
     private var owner = ThreadOwner()
 
@@ -68,6 +72,7 @@ final class HubLoop {
         self.facts = HubFacts(appName: sequencer.engine.appName, fingerprint: sequencer.engine.fingerprint,
                               history: sequencer.history)
         self.policy = AccessPolicy(hubUID: geteuid(), allowedUIDs: configuration.allowedUIDs, group: configuration.socketGroup)
+        self.admittedDescription = policy.description
         self.maxClients = configuration.effectiveMaxClients
         self.maxBufferedInput = configuration.maxFrameBytes + HubConfiguration.Defaults.inputSlackBytes
         self.watchdogInterval = configuration.notifySystemd ? Systemd.watchdogInterval : nil
@@ -81,7 +86,7 @@ final class HubLoop {
     var seq: UInt64 { sequencer.appliedSeq }
 
     /// Who may attach, for the start-up line.
-    var accessDescription: String { policy.description }
+    var accessDescription: String { admittedDescription }
 
     /// The connection limit in force.
     var clientLimit: Int { maxClients }
@@ -289,8 +294,12 @@ final class HubLoop {
                     continue
                 }
                 guard policy.admits(peer, groups: { PeerCredentials.groups(of: fd) }) else {
-                    configuration.logger.info("refused uid \(peer.uid) (\(Accounts.userName(peer.uid))) pid \(peer.pid): not admitted (admitted: \(policy.description))")
-                    refuse(fd, WireError(.forbidden, "uid \(peer.uid) may not use this hub (it admits \(policy.description)); ask its operator to run it with --allow-uid \(peer.uid) or --socket-group"))
+                    // The name is looked up off this thread (a slow NSS must not stall the loop).
+                    let logger = configuration.logger, admitted = admittedDescription
+                    accountNames.withName(peer.uid) { name in
+                        logger.info("refused uid \(peer.uid) (\(name)) pid \(peer.pid): not admitted (admitted: \(admitted))")
+                    }
+                    refuse(fd, WireError(.forbidden, "uid \(peer.uid) may not use this hub (it admits \(admittedDescription)); ask its operator to run it with --allow-uid \(peer.uid) or --socket-group"))
                     continue
                 }
                 guard connections.count < maxClients else {
