@@ -204,21 +204,17 @@ public final class HubConnection {
             let json = try receiveJSON()
             switch json["type"]?.stringValue {
             case "history":
-                if let error = json["error"] {
-                    let code = error["code"]?.stringValue ?? ErrorCode.historyUnavailable.rawValue
-                    throw .hub(WireError(rawCode: code, message: error["message"]?.stringValue ?? "the hub cannot answer history"))
+                let reply: HistoryReply
+                do throws(WireError) {
+                    guard case .history(let decoded) = try HubMessage(json: json) else { continue }
+                    reply = decoded
+                } catch {
+                    throw .protocolViolation("a malformed history reply: \(error.message)")
                 }
-                guard let last = json["to"]?.intValue, let seq = json["seq"]?.intValue, let items = json["actions"]?.arrayValue else {
-                    throw .protocolViolation("a history reply without to, seq or actions")
+                switch reply.outcome {
+                case .refused(let error): throw .hub(error)
+                case .actions(let actions): return HistoryPage(from: from, to: reply.to, seq: reply.seq, actions: actions)
                 }
-                var actions: [HubMessage] = []
-                for item in items {
-                    guard let message = try? HubMessage(json: item), case .action = message else {
-                        throw .protocolViolation("a history reply holds something other than an action: \(item.canonicalString.prefix(200))")
-                    }
-                    actions.append(message)
-                }
-                return HistoryPage(from: from, to: UInt64(max(0, last)), seq: UInt64(max(0, seq)), actions: actions)
             case "error":
                 if case .error(let error)? = try? HubMessage(json: json) { throw .hub(error) }
                 throw .protocolViolation("a malformed error message")

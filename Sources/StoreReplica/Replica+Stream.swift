@@ -178,6 +178,10 @@ extension Replica {
             return .hub(error)
         case .welcome:
             return .protocolViolation("a second welcome")
+        case .history:
+            // An answer to a `history` request this stream never sends (HubConnection.history
+            // reads its own): nothing to apply.
+            break
         case .unknown:
             // The extension rule: a newer hub may send message types this library does not know.
             break

@@ -428,6 +428,8 @@ public enum HubMessage: Sendable, Equatable {
     /// (`unavailable`), true once it accepts them again. `seq` is
     /// the hub's applied seq then. Reads go on throughout.
     case log(available: Bool, reason: String?, seq: UInt64)
+    /// The answer to `history`: a page of sequenced actions, or why there is none.
+    case history(HistoryReply)
     /// A message type this library does not know; a client ignores it (the extension rule).
     case unknown(type: String)
 
@@ -482,6 +484,8 @@ public enum HubMessage: Sendable, Equatable {
             var members: [JSONKey: JSON] = ["type": "log", "available": .bool(available), "seq": JSON(seq)]
             if let reason { members["reason"] = .string(reason) }
             return .object(members)
+        case .history(let reply):
+            return reply.json
         case .unknown(let type):
             return ["type": .string(type)]
         }
@@ -498,6 +502,7 @@ public enum HubMessage: Sendable, Equatable {
         case .synced: "synced"
         case .duplicate: "duplicate"
         case .checkpoint: "checkpoint"
+        case .history: "history"
         case .log: "log"
         case .unknown(let type): type
         }
@@ -601,6 +606,8 @@ public enum HubMessage: Sendable, Equatable {
                 throw WireError(.badFrame, "log member \"available\" must be a boolean")
             }
             self = .log(available: available, reason: m["reason"]?.stringValue, seq: try seq("seq"))
+        case "history":
+            self = .history(try HistoryReply(members: m))
         default:
             self = .unknown(type: type)
         }

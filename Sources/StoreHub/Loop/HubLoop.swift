@@ -772,20 +772,10 @@ final class HubLoop {
     /// applied before the request), as their `action` messages from the backlog, one page at
     /// most; or the refusal when they are not all kept.
     private func historyReply(from: UInt64, to: UInt64?, id: DispatchID?, upTo seq: UInt64) -> [UInt8] {
-        var head: [UInt8] = Array(#"{"type":"history","from":"#.utf8)
-        head += Array(String(from).utf8)
-        if let id {
-            head += Array(#","id":"#.utf8)
-            id.json.writeCanonical(into: &head)
-        }
-        head += Array(#","seq":"#.utf8) + Array(String(seq).utf8)
         let wanted = min(to ?? seq, seq)
         let oldest = backlog.count > 0 ? backlog.lastSeq - UInt64(backlog.count) + 1 : seq + 1
         func refusal(_ message: String) -> [UInt8] {
-            var payload = head + Array(#","to":"#.utf8) + Array(String(to ?? seq).utf8) + Array(#","error":"#.utf8)
-            JSON.object(["code": .string(ErrorCode.historyUnavailable.rawValue), "message": .string(message)]).writeCanonical(into: &payload)
-            payload.append(UInt8(ascii: "}"))
-            return Self.framed(payload)
+            Self.framed(HistoryReply.refusalPayload(from: from, id: id, seq: seq, to: to ?? seq, message: message))
         }
         guard from <= seq, from <= wanted else {
             return refusal("the hub is at seq \(seq); seq \(from) is not sequenced yet — ask again once it is (sync, or watch the actions)")
@@ -816,10 +806,7 @@ final class HubLoop {
             last = seq
             count += 1
         }
-        var payload = head + Array(#","to":"#.utf8) + Array(String(last).utf8) + Array(#","actions":["#.utf8)
-        payload += actions
-        payload += Array("]}".utf8)
-        return Self.framed(payload)
+        return Self.framed(HistoryReply.payload(from: from, id: id, seq: seq, to: last, actionPayloads: actions))
     }
 
     /// A `history` payload with its length header.
