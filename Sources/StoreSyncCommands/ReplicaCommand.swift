@@ -365,7 +365,8 @@ public enum ReplicaCommand {
             let connected = log["connected"]?.boolValue == true
             let applied = log["applied_seq"]?.uint64Value.map(String.init) ?? "?"
             let last = log["last_seq"]?.uint64Value.map(String.init) ?? "?"
-            let link = connected ? "connected to \(server)" : "not connected"
+            let leader = ControlCharacters.escaped(log["leader"]?.stringValue ?? "")
+            let link = (connected ? "connected to \(server)" : "not connected") + (leader.isEmpty ? "" : ", stream leader \(leader)")
             let doubt = log["in_doubt"]?.boolValue == true ? ", proposals in doubt" : ""
             lines.append("log          NATS stream \(stream), \(link), applied seq \(applied) of the stream's \(last)\(doubt); \(refusing == nil ? "accepting" : "refusing") dispatches")
         }

@@ -198,6 +198,7 @@ struct ReplicatorTests {
         hub.deliver(hub.foreign([Self.record(1)]), at: 2)
         #expect(hub.appended == [1])
         #expect(hub.available)
+        #expect(hub.machine.facts.leader == "n1", "the leader NATS named, for status")
     }
 
     @Test("a leaderless STREAM.INFO as the link opens is one member's copy: no verdict, the link is dropped and asked again, starting with the next server")
@@ -398,6 +399,7 @@ struct ReplicatorTests {
             note()
         }
         #expect(!hub.available, "no leader named yet")
+        #expect(hub.machine.facts.leader == "")
         hub.advance(.milliseconds(300))
         try hub.answer(Harness.info, Harness.streamInfo(last: 1))
         note()

@@ -49,6 +49,8 @@ extension JetStreamLog {
         var held = 0
         /// Reading record by record from the stream's leader (no consumer).
         var polling = false
+        /// The server leading the stream, as NATS last named it (`""`: none named, or none now).
+        var leader = ""
     }
 
     /// The worker thread that owns the NATS connection, and the queues it shares with the hub.
@@ -183,7 +185,8 @@ extension JetStreamLog {
                     "skipped": JSON(facts.skipped), "authenticated": .bool(configuration.keys.isAuthenticated),
                     "shared_snapshot_seq": JSON(facts.sharedSnapshotSeq), "in_doubt": .bool(facts.inDoubt),
                     "proposals": JSON(facts.proposals), "held": JSON(facts.held),
-                    "reading": .string(facts.polling ? "record by record" : "consumer")]
+                    "reading": .string(facts.polling ? "record by record" : "consumer"),
+                    "leader": .string(facts.leader)]
         }
 
         /// Reserves replica ids (the worker does the compare-and-set; this thread waits).

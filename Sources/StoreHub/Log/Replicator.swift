@@ -645,6 +645,7 @@ extension JetStreamLog {
                     return
                 }
                 facts.streamLast = max(facts.streamLast, last)
+                noteLeader(json)
                 catchUpTarget = last >= streamNext ? last : nil
                 refreshFirstSeq()
                 link = .up(info)
@@ -1087,6 +1088,7 @@ extension JetStreamLog {
         private mutating func streamEndAnswered(_ answer: Result<JSON, NATSError>, recheck: Bool, readThrough: UInt64,
                                                 believed: UInt64) {
             guard case .success(let info) = answer, !JetStreamLog.isLeaderlessAnswer(info) else { return }
+            noteLeader(info)
             let last = JetStreamLog.lastStreamSeq(in: info)
             guard recheck else {
                 if last > facts.streamLast {
@@ -1115,6 +1117,7 @@ extension JetStreamLog {
         private mutating func awaitLeader() {
             guard !awaitingLeader else { return }
             awaitingLeader = true
+            facts.leader = ""
             nextLeaderAsk = now + Self.leaderAskInterval
             publishFacts()
         }
@@ -1129,7 +1132,16 @@ extension JetStreamLog {
 
         private mutating func leaderAnswered(_ answer: Result<JSON, NATSError>) {
             guard case .success(let info) = answer, !JetStreamLog.isLeaderlessAnswer(info) else { return }
+            noteLeader(info)
             leaderFound()
+        }
+
+        /// Keeps the stream leader's name from a `STREAM.INFO` answer (for `status`).
+        private mutating func noteLeader(_ info: JSON) {
+            let name = info["cluster"]?["leader"]?.stringValue ?? ""
+            guard name != facts.leader else { return }
+            facts.leader = String(name.prefix(256))
+            publishFacts()
         }
 
         /// NATS (`who` says) that the stream ends at stream seq `last`, before what this hub has
@@ -1570,6 +1582,8 @@ extension JetStreamLog {
         /// actions: the oldest action kept (their trimming) and the newest shared snapshot.
         private mutating func refreshSharedFacts() {
             refreshFirstSeq()
+            // The stream's end and its leader (which may have changed without this hub noticing).
+            askStreamEnd(recheck: false)
             jetStream("STREAM.MSG.GET." + names.meta, ["last_by_subj": .string(names.head)], for: .sharedHead)
         }
 
