@@ -672,31 +672,8 @@ final class HubLoop {
     /// A full `welcome` frame around the shared state bytes: its header and members before
     /// the state, and the closing brace after it.
     private func welcomeFrame(replica: Int, snapshot: Sequencer.Snapshot) throws(FrameError) -> (prefix: [UInt8], suffix: [UInt8]) {
-        var members: [UInt8] = []
-        members.reserveCapacity(256)
-        members.append(contentsOf: #"{"type":"welcome","protocol":"#.utf8)
-        JSON(syncProtocolVersion).writeCanonical(into: &members)
-        members.append(contentsOf: #","hub":"#.utf8)
-        JSON.string(hubID).writeCanonical(into: &members)
-        members.append(contentsOf: #","history":"#.utf8)
-        JSON.string(sequencer.history).writeCanonical(into: &members)
-        members.append(contentsOf: #","replica":"#.utf8)
-        JSON(replica).writeCanonical(into: &members)
-        members.append(contentsOf: #","seq":"#.utf8)
-        JSON(snapshot.seq).writeCanonical(into: &members)
-        members.append(contentsOf: #","resumed":false"#.utf8)
-        members.append(contentsOf: #","digest":"#.utf8)
-        JSON.string(snapshot.digest).writeCanonical(into: &members)
-        members.append(contentsOf: #","max_frame_bytes":"#.utf8)
-        JSON(configuration.maxFrameBytes).writeCanonical(into: &members)
-        members.append(contentsOf: #","state":"#.utf8)
-        let length = members.count + snapshot.stateBytes.count + 1
-        guard length <= Frame.maxPayloadBytes else { throw FrameError.tooLarge(length: length, limit: Frame.maxPayloadBytes) }
-        let size = UInt32(length)
-        var prefix: [UInt8] = [UInt8(truncatingIfNeeded: size >> 24), UInt8(truncatingIfNeeded: size >> 16),
-                               UInt8(truncatingIfNeeded: size >> 8), UInt8(truncatingIfNeeded: size)]
-        prefix.append(contentsOf: members)
-        return (prefix, [UInt8(ascii: "}")])
+        try Welcome.frame(hub: hubID, history: sequencer.history, replica: replica, seq: snapshot.seq, digest: snapshot.digest,
+                          maxFrameBytes: configuration.maxFrameBytes, stateByteCount: snapshot.stateBytes.count)
     }
 
     /// The `status` answer for a snapshot.
