@@ -359,13 +359,6 @@ public final class NATSConnection {
     /// - Throws: ``NATSError``; an API error is `.api(code:errCode:)` with the server's description.
     public func jetStream(_ api: String, _ body: JSON?, timeoutMilliseconds: Int32 = 3_000) throws(NATSError) -> JSON {
         let reply = try request("$JS.API." + api, payload: body?.canonicalBytes ?? [], timeoutMilliseconds: timeoutMilliseconds)
-        guard let json = try? JSON(parsing: reply.payload) else {
-            throw NATSError(.protocolError, "JetStream answered \(api) with something that is not JSON")
-        }
-        if let error = json["error"] {
-            throw NATSError(.api(code: error["code"]?.intValue ?? 0, errCode: error["err_code"]?.intValue ?? 0),
-                            "JetStream refused \(api): \(error["description"]?.stringValue ?? "no description")")
-        }
-        return json
+        return try reply.jetStreamAnswer(to: api).get()
     }
 }

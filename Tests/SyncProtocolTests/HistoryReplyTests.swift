@@ -5,20 +5,9 @@ import Testing
 /// copied as they are) and the general encoder must read back as the same message.
 @Suite("history replies: the hub's bytes and the general form read back alike")
 struct HistoryReplyTests {
-    struct SplitMix {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     @Test("pages and refusals, random seqs, ids and stamps: payload(…) parses to the same HistoryReply as json")
     func fastAndGeneralAgree() throws {
-        var random = SplitMix(state: 42)
+        var random = SplitMix64(seed: 42)
         let ids: [DispatchID?] = [nil, .number(0), .number(-7), .string("r-1"), .string("é\u{1F600}\"\\")]
         for round in 0..<300 {
             let from = random.next() % 1_000 + 1

@@ -482,21 +482,9 @@ struct ReplicatorTests {
 /// order, and never moves backwards.
 @Suite("The shared log's replicator: arbitrary input")
 struct ReplicatorFuzzTests {
-    struct SplitMix {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-        mutating func below(_ n: Int) -> Int { Int(next() % UInt64(max(1, n))) }
-    }
-
     @Test("random replies, deliveries, acknowledgements, heartbeats, link changes and ticks", arguments: [1, 2, 3, 4, 5, 6] as [UInt64])
     func arbitraryInput(seed: UInt64) throws {
-        var random = SplitMix(state: seed &* 0x1234_5678_9ABC_DEF1)
+        var random = SharedLogFuzzTests.Random(state: seed &* 0x1234_5678_9ABC_DEF1)
         var hub = ReplicatorHarness()
         hub.linkUp()
         var lastNext = hub.machine.next
@@ -591,4 +579,9 @@ struct ReplicatorFuzzTests {
         }
         #expect(last == hub.machine.next - 1)
     }
+}
+
+extension SharedLogFuzzTests.Random {
+    /// A number in `0..<n` (0 when `n` ≤ 1).
+    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(max(1, n))) }
 }

@@ -164,7 +164,6 @@ extension JetStreamLog {
             let expectedStream: UInt64
             /// Its tag (``LogKeys``): valid only right after the record it was proposed on.
             let tag: String
-            var ackSubject = ""
             /// The numbers ending the ack subjects of every copy sent (the newest last): the
             /// stream's answer to any copy counts.
             var ackNumbers: [Int] = []
@@ -317,8 +316,8 @@ extension JetStreamLog {
         /// The snapshot being published, and the newest one waiting for it to finish.
         private(set) var snapshotJob: SnapshotJob?
         private var nextSnapshot: StoredSnapshot?
-        /// The facts or availability changed since they were last handed over.
-        private var factsChanged = true
+        /// The facts and availability last handed to the hub.
+        private var lastPublished: Facts?
         private var lastAvailable = false
         /// The effects of the input being handled.
         private var effects: [Effect] = []
@@ -452,28 +451,24 @@ extension JetStreamLog {
             for event in events { effects.append(.post(event)) }
         }
         private mutating func note(_ line: String, _ level: HubLogger.Level = .info) { effects.append(.log(level, line)) }
-        private mutating func publishFacts() { factsChanged = true }
 
-        /// Hands the input's events and changed facts to the hub.
+        /// Hands the hub the facts `status` shows and whether dispatches are accepted, when
+        /// either changed: the counts are derived here from the state, never kept twice.
         private mutating func finishTurn() {
-            if facts.proposals != pending.count || facts.held != held.count || facts.polling != polling {
-                facts.proposals = pending.count
-                facts.held = held.count
-                facts.polling = polling
-                factsChanged = true
-            }
+            facts.connected = link.info != nil
+            if let server = link.info?.server { facts.server = server }
+            facts.readSeq = next &- 1
+            facts.streamRead = streamNext &- 1
+            facts.skipped = skipped
+            facts.inDoubt = inDoubt
+            facts.proposals = pending.count
+            facts.held = held.count
+            facts.polling = polling
             let available = isAvailable
-            if factsChanged || available != lastAvailable {
-                factsChanged = false
-                lastAvailable = available
-                facts.connected = link.info != nil
-                facts.server = link.info?.server ?? facts.server
-                facts.readSeq = next &- 1
-                facts.streamRead = streamNext &- 1
-                facts.skipped = skipped
-                facts.inDoubt = inDoubt
-                effects.append(.facts(facts, available: available))
-            }
+            guard facts != lastPublished || available != lastAvailable else { return }
+            lastPublished = facts
+            lastAvailable = available
+            effects.append(.facts(facts, available: available))
         }
 
         // MARK: Requests
@@ -498,35 +493,15 @@ extension JetStreamLog {
             requests.values.contains { matches($0.purpose) }
         }
 
-        /// A reply's verdict, as a JetStream API call gives it.
-        ///
-        /// - Parameters:
-        ///   - message: The reply.
-        ///   - what: What was asked, for the message.
-        /// - Returns: The answer's JSON, or why there is none: `noResponders` (status 503),
-        ///   `protocolError` (not JSON), `api` (JetStream's error).
-        static func answer(_ message: NATSMessage, to what: String) -> Result<JSON, NATSError> {
-            if message.headers?.status == 503 {
-                return .failure(NATSError(.noResponders, "no NATS server answers on \(what) (is JetStream on, with a quorum?)"))
-            }
-            guard let json = try? JSON(parsing: message.payload) else {
-                return .failure(NATSError(.protocolError, "JetStream answered \(what) with something that is not JSON"))
-            }
-            if let error = json["error"] {
-                return .failure(NATSError(.api(code: error["code"]?.intValue ?? 0, errCode: error["err_code"]?.intValue ?? 0),
-                                          "JetStream refused \(what): \(ControlCharacters.escaped(error["description"]?.stringValue ?? "no description"))"))
-            }
-            return .success(json)
-        }
-
         /// A reply to one of this machine's requests.
         private mutating func replied(_ message: NATSMessage, prefix: String) {
             guard let id = Int(message.subject.dropFirst(prefix.count)), let request = requests.removeValue(forKey: id) else { return }
-            answered(request.purpose, id: id, Self.answer(message, to: request.what))
+            answered(request.purpose, id: id, message.jetStreamAnswer(to: request.what))
         }
 
         /// Requests whose deadline passed are answered as timeouts.
         private mutating func expireRequests() {
+            guard requests.values.contains(where: { $0.deadline <= now }) else { return }
             let expired = requests.filter { $0.value.deadline <= now }.sorted { $0.key < $1.key }
             for (id, request) in expired {
                 requests[id] = nil
@@ -607,15 +582,12 @@ extension JetStreamLog {
             }
             everConnected = true
             link = .opening(info)
-            facts.connected = true
-            facts.server = info.server
             effects.append(.subscribe(info.inboxPrefix + ".a.*"))
             effects.append(.subscribe(info.inboxPrefix + ".q.*"))
             startConsumer()
             openAsks = 0
             openAskAt = nil
             jetStream("STREAM.INFO." + names.stream, nil, for: .openInfo(readThrough: streamNext &- 1), timeout: Self.openAskTimeout)
-            publishFacts()
         }
 
         private mutating func openInfoAnswered(_ answer: Result<JSON, NATSError>, readThrough: UInt64) {
@@ -678,14 +650,12 @@ extension JetStreamLog {
             held.removeAll()
             verifying = nil
             polling = false
-            facts.connected = false
             abandonRequests("the link to NATS dropped: \(reason)")
             if !pending.isEmpty || !inDoubt {
                 emit([.inDoubt(from: pending.first?.record.seq ?? next, reason: "the link to NATS dropped: \(reason)")])
             }
             inDoubt = true
             note("lost the shared log (\(reason)); reconnecting", .notice)
-            publishFacts()
         }
 
         private mutating func connectFailed(_ error: NATSError) {
@@ -736,8 +706,6 @@ extension JetStreamLog {
             abandonRequests("the shared log stopped: this hub's history is broken")
             snapshotJob = nil
             nextSnapshot = nil
-            facts.connected = false
-            publishFacts()
         }
 
         /// The stream was deleted under the hub: nothing it holds can be trusted to go on.
@@ -1018,7 +986,6 @@ extension JetStreamLog {
             if let first = pending.first, first.expectedStream + 1 == position {
                 void(from: 0, .conflict(from: first.record.seq, logLast: next - 1))
             }
-            publishFacts()
         }
 
         /// Whether this hub's own proposal, read back from the stream, may be applied: only once
@@ -1093,7 +1060,6 @@ extension JetStreamLog {
             guard recheck else {
                 if last > facts.streamLast {
                     facts.streamLast = last
-                    publishFacts()
                 }
                 return
             }
@@ -1110,7 +1076,6 @@ extension JetStreamLog {
                 pending[index].acknowledged = false
                 pending[index].ackedStreamSeq = 0
             }
-            publishFacts()
         }
 
         /// No server took a proposal (503): refuse until the stream has a leader again.
@@ -1119,7 +1084,6 @@ extension JetStreamLog {
             awaitingLeader = true
             facts.leader = ""
             nextLeaderAsk = now + Self.leaderAskInterval
-            publishFacts()
         }
 
         /// The stream has a leader (it answered for a proposal, or named one).
@@ -1127,7 +1091,6 @@ extension JetStreamLog {
             guard awaitingLeader else { return }
             awaitingLeader = false
             note("the stream \(names.stream) has a leader again", .notice)
-            publishFacts()
         }
 
         private mutating func leaderAnswered(_ answer: Result<JSON, NATSError>) {
@@ -1141,7 +1104,6 @@ extension JetStreamLog {
             let name = info["cluster"]?["leader"]?.stringValue ?? ""
             guard name != facts.leader else { return }
             facts.leader = String(name.prefix(256))
-            publishFacts()
         }
 
         /// NATS (`who` says) that the stream ends at stream seq `last`, before what this hub has
@@ -1207,7 +1169,6 @@ extension JetStreamLog {
                 inDoubt = true
                 suspect()
                 emit([.inDoubt(from: oldest.record.seq, reason: "no acknowledgement from the stream's leader within 5 s (an election, or too few of its servers up for a quorum)")])
-                publishFacts()
             }
             if case .up = link, now - lastResend >= Self.resendAfter {
                 lastResend = now
@@ -1276,7 +1237,6 @@ extension JetStreamLog {
                 inDoubt = false
                 note("the shared log is back at seq \(next - 1)", .notice)
             }
-            publishFacts()
         }
 
         // MARK: Commands
@@ -1410,7 +1370,7 @@ extension JetStreamLog {
         private mutating func send(_ item: inout Pending) {
             guard case .up(let info) = link else { return }
             ackCounter += 1
-            item.ackSubject = info.inboxPrefix + ".a." + String(ackCounter)
+            let ackSubject = info.inboxPrefix + ".a." + String(ackCounter)
             item.ackNumbers.append(ackCounter)
             if item.ackNumbers.count > 8 { item.ackNumbers.removeFirst(item.ackNumbers.count - 8) }
             item.sentAt = now
@@ -1418,7 +1378,7 @@ extension JetStreamLog {
             item.attempts += 1
             let headers = NATSHeaders([("Nats-Msg-Id", item.msgID), ("Nats-Expected-Last-Sequence", String(item.expectedStream)),
                                        (Self.tagHeader, item.tag)])
-            effects.append(.publish(subject: names.actions, reply: item.ackSubject, headers: headers, payload: item.payload))
+            effects.append(.publish(subject: names.actions, reply: ackSubject, headers: headers, payload: item.payload))
         }
 
         private mutating func resendPending() {
@@ -1475,7 +1435,6 @@ extension JetStreamLog {
                         inDoubt = true
                         suspect()
                         emit([.inDoubt(from: item.record.seq, reason: "NATS has not decided on it yet: \(ControlCharacters.escaped(text)) (\(code))")])
-                        publishFacts()
                     }
                 case JetStreamErrorCode.wrongLastSequence:
                     let streamLast = text.split(separator: ":").last.flatMap { UInt64($0.trimmingCharacters(in: .whitespaces)) } ?? (item.expectedStream + 1)
@@ -1593,7 +1552,6 @@ extension JetStreamLog {
                   let head = try? JSON(parsing: [UInt8](data)), head["history"]?.stringValue == history,
                   let seq = head["seq"]?.uint64Value, seq > 0 else { return }
             facts.sharedSnapshotSeq = max(facts.sharedSnapshotSeq, seq)
-            publishFacts()
         }
 
         /// Asks which action is the oldest the stream holds (for `status`).
@@ -1610,7 +1568,6 @@ extension JetStreamLog {
             let first = bytes.split(separator: UInt8(ascii: "\n"), maxSplits: 1, omittingEmptySubsequences: false).first ?? []
             guard let seq = first.withUnsafeBytes({ LogRecord(canonicalBody: $0) })?.seq else { return }
             facts.firstSeq = seq
-            publishFacts()
         }
 
         // MARK: Leases
@@ -1702,7 +1659,6 @@ extension JetStreamLog {
                    let newest = head["seq"]?.uint64Value, newest >= job.snapshot.seq {
                     // Another hub published one as new or newer.
                     facts.sharedSnapshotSeq = max(facts.sharedSnapshotSeq, newest)
-                    publishFacts()
                     finishSnapshot()
                     return
                 }
@@ -1773,7 +1729,6 @@ extension JetStreamLog {
                 }
                 refreshFirstSeq()
             }
-            publishFacts()
         }
     }
 }
