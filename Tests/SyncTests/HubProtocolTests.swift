@@ -3,14 +3,15 @@ import SyncCore
 import Testing
 
 /// `HubProtocol.decide` with bytes alone: no socket, no sequencer, no event loop.
-@Suite("HubProtocol: a pure decision over a frame's bytes and the connection's state")
+@Suite("HubProtocol: a pure decision over a frame's bytes and whether the connection is attached")
 struct HubProtocolTests {
     let facts = HubFacts(appName: "json", fingerprint: "json@1", history: "00000000000000aa")
-    let attached = ConnectionState.attached(replica: 3, name: "a", session: "s")
+    /// Attached as replica 3.
+    let attached: Int? = 3
 
-    func decide(_ text: String, _ state: ConnectionState = .greeting) -> HubDecision {
+    func decide(_ text: String, _ replica: Int? = nil) -> HubDecision {
         let bytes = Array(text.utf8)
-        return bytes.withUnsafeBytes { HubProtocol.decide($0, state: state, facts: facts) }
+        return bytes.withUnsafeBytes { HubProtocol.decide($0, attachedAs: replica, facts: facts) }
     }
 
     func code(_ decision: HubDecision) -> String? {

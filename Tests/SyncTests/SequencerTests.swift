@@ -136,7 +136,7 @@ struct SequencerTests {
     func duplicateAcrossHubs() throws {
         let log = ScriptedLog()
         let sequencer = try sequencer(log)
-        let session = sequencer.session(named: "client-7")
+        let session = sequencer.session(named: "client-7", now: .now)
         log.pending = [.appended(foreign(1, "/x", 1, session: "client-7", id: 42))]
         _ = sequencer.pump(now: .now)
         #expect(sequencer.dispatch(set("/x", 1), id: .number(42), origin: 3, session: session) == .duplicate(1))

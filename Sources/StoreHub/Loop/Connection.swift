@@ -1,78 +1,109 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 import SyncCore
 import SyncPOSIX
 
-/// Where one client connection stands in the protocol.
-///
-/// The event loop reads and writes; this enum alone says what the connection may do next.
-enum ConnectionState: Equatable {
-    /// Connected, not attached: `status` and `sync` are answered; `hello` attaches.
+/// Who a connection attached as: the replica id the hub gave it, the name from its `hello`
+/// (`""` when none) and its session, if it named one.
+struct Attachment: Equatable {
+    /// The replica id.
+    let replica: Int
+    /// The name from `hello` (`""`: none).
+    let name: String
+    /// The session from `hello`.
+    let session: String?
+}
+
+/// Where one client connection stands in the protocol. This enum alone says what the
+/// connection may do next: no flag beside it says otherwise.
+enum ConnectionPhase: Equatable {
+    /// Connected, not attached: `status`, `sync` and `history` are answered; `hello` attaches.
     case greeting
-    /// Attached as a replica: receives every sequenced action. With a `session`, its
-    /// dispatch ids are de-duplicated across reconnects.
-    case attached(replica: Int, name: String, session: String?)
-    /// Finished (after an `error`, an end of file, or shutdown): no more input is handled and
-    /// no broadcast is added; what is queued is written, then the connection closes, at the
-    /// latest at `deadline`.
-    case closing(replica: Int?, name: String, deadline: ContinuousClock.Instant)
+    /// Attached as a replica: its frames are handled, and from its `welcome` on it receives
+    /// every sequenced action.
+    case attached(Attachment)
+    /// Attached with a resume point past this hub's applied seq (a shared log): its welcome,
+    /// and its later frames, wait until the hub catches up, or fail at `deadline`.
+    case awaitingCatchUp(Attachment, resume: ResumePoint, deadline: ContinuousClock.Instant)
+    /// Its input is over (it ended it, or sent a frame the hub refuses): nothing more is read
+    /// or handled, and it is torn down once every request it made before is answered.
+    case ending(Attachment?)
+    /// Torn down: nothing more is read, handled or broadcast to it; what is queued is
+    /// written, then it closes, at the latest at `deadline`.
+    case closing(Attachment?, deadline: ContinuousClock.Instant)
 
-    /// Whether it is attached (not greeting, not closing).
-    var isAttached: Bool {
-        if case .attached = self { return true }
-        return false
-    }
-
-    /// The replica id, while attached or closing after being attached.
-    var replica: Int? {
+    /// Who it attached as, in any phase after `hello`.
+    var attachment: Attachment? {
         switch self {
         case .greeting: nil
-        case .attached(let replica, _, _): replica
-        case .closing(let replica, _, _): replica
+        case .attached(let attachment), .awaitingCatchUp(let attachment, _, _): attachment
+        case .ending(let attachment), .closing(let attachment, _): attachment
         }
     }
 
-    /// The name from `hello` ("" when none).
-    var name: String {
-        switch self {
-        case .greeting: ""
-        case .attached(_, let name, _), .closing(_, let name, _): name
-        }
-    }
-
-    /// Whether the connection is past handling input.
+    /// Whether it is torn down.
     var isClosing: Bool {
         if case .closing = self { return true }
         return false
     }
 
-    /// The same connection, closing by `deadline`.
-    func closing(by deadline: ContinuousClock.Instant) -> ConnectionState {
-        .closing(replica: replica, name: name, deadline: deadline)
+    /// Whether its input is over (ending or closing): no frame is read or handled.
+    var inputOver: Bool {
+        switch self {
+        case .ending, .closing: true
+        case .greeting, .attached, .awaitingCatchUp: false
+        }
+    }
+
+    /// The same connection, torn down, closing by `deadline`.
+    func closing(by deadline: ContinuousClock.Instant) -> ConnectionPhase {
+        .closing(attachment, deadline: deadline)
     }
 }
 
-/// One client connection, owned by the hub's event-loop thread: its descriptor, its input
-/// buffer, its protocol state, who is at the other end, and what it is owed (``output``).
+/// What a connection has sent that is not handled yet, and how its input is timed.
+struct ConnectionInput {
+    /// Frames being reassembled from what was read.
+    var decoder: FrameDecoder
+    /// The client closed (or half-closed) its side; frames already buffered are still handled.
+    var ended = false
+    /// Frames may be buffered that were not handled yet: the per-pass frame budget ran out,
+    /// or frames were held back while the sequencer settles or the welcome waits.
+    var moreFrames = false
+    /// When the connection was accepted or last sent a complete frame (for `--idle-timeout`).
+    var lastFrameAt: ContinuousClock.Instant
+    /// Since when bytes of an incomplete frame have been buffered (`nil`: none).
+    var partialSince: ContinuousClock.Instant?
+}
+
+/// One client connection, as the ``HubCore`` keeps it: its descriptor (as its identity),
+/// who is at the other end, its ``ConnectionPhase``, its input and what it is owed
+/// (``output``). Only the loop thread touches it.
+///
 /// Stored properties are `@exclusivity(unchecked)`: see ``HubLoop``'s note on exclusivity.
 final class Connection {
+    /// Its descriptor: the reactor's handle on it, unique while it is open.
     let fd: Int32
-    @exclusivity(unchecked) var decoder: FrameDecoder
-    @exclusivity(unchecked) var state: ConnectionState = .greeting {
+    /// Where it stands.
+    @exclusivity(unchecked) var phase: ConnectionPhase = .greeting {
         didSet {
-            isClosing = state.isClosing
-            if case .attached(let replica, _, _) = state { attachedReplica = replica } else { attachedReplica = nil }
+            isClosing = phase.isClosing
+            attachedReplica = phase.isClosing ? nil : phase.attachment?.replica
+            switch phase {
+            case .greeting, .attached: takesFrames = true
+            case .awaitingCatchUp, .ending, .closing: takesFrames = false
+            }
+            if case .awaitingCatchUp = phase { isAwaitingCatchUp = true } else { isAwaitingCatchUp = false }
         }
     }
-    /// `state.isClosing`, kept as a plain flag: the per-frame and per-pass paths read it
-    /// without copying the state (an enum holding strings).
+    /// Whether its frames are handled now (greeting or attached), derived when the phase is
+    /// set (read per frame).
+    @exclusivity(unchecked) private(set) var takesFrames = true
+    /// Whether its welcome waits for the hub to catch up (derived as ``takesFrames`` is).
+    @exclusivity(unchecked) private(set) var isAwaitingCatchUp = false
+    /// `phase.isClosing`, derived when the phase is set: the per-frame and per-pass paths
+    /// read it without copying the phase (an enum holding strings).
     @exclusivity(unchecked) private(set) var isClosing = false
-    /// The replica id while `state` is `attached`, else `nil` (read per dispatch, as above).
+    /// The replica id while attached and not torn down (derived as ``isClosing`` is; read
+    /// per dispatch).
     @exclusivity(unchecked) private(set) var attachedReplica: Int?
     /// Who connected (`SO_PEERCRED` / `getpeereid`).
     let peer: PeerCredentials
@@ -80,35 +111,17 @@ final class Connection {
     /// the hub's run): of two connections with one session, the one with the higher value is
     /// the newer and keeps the session, whichever says `hello` last.
     let acceptOrder: UInt64
-    /// The client closed (or half-closed) its side; frames already buffered are still handled.
-    @exclusivity(unchecked) var inputEnded = false
-    /// The per-pass frame budget ran out with frames possibly still buffered, or frames were
-    /// held back while the sequencer settles.
-    @exclusivity(unchecked) var moreFrames = false
-    /// When the connection was accepted or last sent a complete frame (for `--idle-timeout`).
-    @exclusivity(unchecked) var lastFrameAt: ContinuousClock.Instant = .now
-    /// Since when bytes of an incomplete frame have been buffered (`nil`: none).
-    @exclusivity(unchecked) var partialSince: ContinuousClock.Instant?
-    /// No more frames are handled: the client ended its input, or sent a frame the hub
-    /// refuses. The end waits in the pipeline behind the connection's earlier requests, so
-    /// every answer (and every action it dispatched) is sent before the `error` or the close.
-    @exclusivity(unchecked) var ending = false
+    /// What it sent that is not handled yet.
+    @exclusivity(unchecked) var input: ConnectionInput
     /// Its requests in the hub's pipeline, not yet answered (an answer that could go at once
     /// waits behind them, so the connection's answers keep their order).
     @exclusivity(unchecked) var held = 0
     /// What is owed to it.
     @exclusivity(unchecked) var output = ConnectionOutput()
-    /// The hub loop's last write pass that visited it (each visits a connection once).
+    /// The core's last write pass that visited it (each visits a connection once).
     @exclusivity(unchecked) var writePass: UInt64 = 0
     /// Its session's entry in the session table, once attached with a session.
     @exclusivity(unchecked) var session: SessionEntry?
-    /// A `hello` resuming ahead of this hub's applied seq (a shared log): its welcome waits,
-    /// and so do the connection's later frames, until the hub catches up or the deadline passes.
-    @exclusivity(unchecked) var awaitingWelcome: (replica: Int, resume: ResumePoint, deadline: ContinuousClock.Instant)?
-    /// Until when a full `welcome` queued for it must have been read (`--welcome-timeout`).
-    @exclusivity(unchecked) var welcomeDeadline: ContinuousClock.Instant?
-    /// The private byte count at which that welcome is fully written.
-    @exclusivity(unchecked) var welcomeEnd: UInt64 = 0
 
     /// Creates the connection the hub just accepted.
     ///
@@ -117,240 +130,18 @@ final class Connection {
     ///   - maxFrameBytes: The largest frame it may send (`--max-frame-bytes`).
     ///   - peer: Who connected.
     ///   - acceptOrder: Its place in the order of accepted connections (see ``acceptOrder``).
-    init(fd: Int32, maxFrameBytes: Int, peer: PeerCredentials, acceptOrder: UInt64) {
+    ///   - now: When it was accepted.
+    init(fd: Int32, maxFrameBytes: Int, peer: PeerCredentials, acceptOrder: UInt64, now: ContinuousClock.Instant) {
         self.fd = fd
-        self.decoder = FrameDecoder(maxPayloadBytes: maxFrameBytes)
+        self.input = ConnectionInput(decoder: FrameDecoder(maxPayloadBytes: maxFrameBytes), lastFrameAt: now)
         self.peer = peer
         self.acceptOrder = acceptOrder
     }
 
-    /// For logs: `replica 3 (alice)` or `client (not attached)`, the name escaped.
+    /// For logs: `replica 3 (alice)` or `client (not attached, …)`, the name escaped.
     var label: String {
-        guard let replica = state.replica else { return "client (not attached, uid \(peer.uid), pid \(peer.pid))" }
-        return state.name.isEmpty ? "replica \(replica)" : "replica \(replica) (\(ControlCharacters.escaped(state.name)))"
-    }
-}
-
-/// Bytes that never change once made, in memory that never moves: a gathered write can
-/// point into them, and many connections can share one (every full `welcome` at one seq
-/// points to the same state bytes).
-final class SharedBytes {
-    let memory: UnsafeMutableRawBufferPointer
-
-    init(_ bytes: [UInt8]) {
-        let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, bytes.count), alignment: 8)
-        bytes.withUnsafeBytes { source in
-            if let from = source.baseAddress, let into = memory.baseAddress, !source.isEmpty {
-                into.copyMemory(from: from, byteCount: source.count)
-            }
-        }
-        self.memory = memory
-        count = bytes.count
-    }
-
-    /// The number of bytes.
-    let count: Int
-
-    deinit { memory.deallocate() }
-}
-
-/// What a connection is owed, in order: the shared frames of the ``Backlog`` from its
-/// position (``cursor``) on, and private messages for it alone, each gated after the backlog
-/// position it was sent at — so a `synced` or `reject` falls exactly between the frames it
-/// follows.
-///
-/// A private message's bytes may be shared: a full `welcome` is its own small prefix, the
-/// state's canonical bytes (one reference-counted buffer that every `welcome` at that seq
-/// points to, never copied per connection), and a closing brace. Shared bytes are not counted
-/// against `--max-queue-bytes`.
-struct ConnectionOutput {
-    private struct Item {
-        /// The backlog position this item waits for.
-        let after: UInt64
-        let bytes: SharedBytes
-        /// Counted against `--max-queue-bytes` (everything but a welcome's state).
-        let counted: Bool
-    }
-
-    /// The position in the backlog of the next shared byte to write, or `nil` when the
-    /// connection reads no shared frames (not attached, or it fell out of the backlog).
-    var cursor: UInt64?
-    /// Whether every newly released frame is for this connection (attached). When `false`,
-    /// shared frames are written only up to the last private message's gate.
-    var follows = false
-    private var items: [Item] = []
-    private var head = 0
-    /// Bytes of `items[head]` already written.
-    private var offset = 0
-    /// Counted private bytes not yet written.
-    private(set) var countedBytes = 0
-    /// Every private byte ever queued, and ever written (to tell when a welcome is read).
-    private(set) var queuedTotal: UInt64 = 0
-    private(set) var writtenTotal: UInt64 = 0
-
-    /// Private bytes not yet written (shared ones included).
-    var privateBytes: Int { Int(queuedTotal - writtenTotal) }
-
-    /// Queues bytes for this connection alone, after the shared frames up to `after`.
-    ///
-    /// - Parameters:
-    ///   - bytes: The bytes (copied once).
-    ///   - after: The backlog position they follow.
-    mutating func queue(_ bytes: [UInt8], after: UInt64) {
-        guard !bytes.isEmpty else { return }
-        queue(shared: SharedBytes(bytes), after: after, counted: true)
-    }
-
-    /// Queues shared bytes for this connection alone, after the shared frames up to `after`.
-    ///
-    /// - Parameters:
-    ///   - bytes: The bytes (not copied).
-    ///   - after: The backlog position they follow.
-    ///   - counted: Whether they count against `--max-queue-bytes`.
-    mutating func queue(shared bytes: SharedBytes, after: UInt64, counted: Bool) {
-        guard bytes.count > 0 else { return }
-        if head > 32, head * 2 >= items.count {
-            items.removeFirst(head)
-            head = 0
-        }
-        items.append(Item(after: after, bytes: bytes, counted: counted))
-        queuedTotal += UInt64(bytes.count)
-        if counted { countedBytes += bytes.count }
-    }
-
-    /// Where the shared stream stopped for this connection (``stopFollowing(at:)``).
-    private var stoppedAt: UInt64 = 0
-
-    /// Stops adding newly released shared frames; those up to `end` are still owed.
-    ///
-    /// - Parameter end: The backlog's end now.
-    mutating func stopFollowing(at end: UInt64) {
-        follows = false
-        stoppedAt = end
-    }
-
-    /// Where shared output stops for now, given the backlog's end (`nil`: no shared output).
-    func sharedLimit(end: UInt64) -> UInt64? {
-        guard let cursor else { return nil }
-        if follows { return end }
-        return max(cursor, stoppedAt, head < items.count ? items[items.count - 1].after : cursor)
-    }
-
-    /// Bytes owed that count against `--max-queue-bytes`: shared frames up to
-    /// ``sharedLimit(end:)`` plus counted private bytes.
-    func countedPending(end: UInt64) -> Int {
-        var shared = 0
-        if let cursor, let limit = sharedLimit(end: end) { shared = Int(limit - cursor) }
-        return shared + countedBytes
-    }
-
-    /// Every byte owed: shared frames up to ``sharedLimit(end:)`` plus every private byte.
-    func pending(end: UInt64) -> Int {
-        var shared = 0
-        if let cursor, let limit = sharedLimit(end: end) { shared = Int(limit - cursor) }
-        return shared + privateBytes
-    }
-
-    /// Whether anything at all is owed.
-    func owesAnything(end: UInt64) -> Bool {
-        if head < items.count { return true }
-        if let cursor, let limit = sharedLimit(end: end), cursor < limit { return true }
-        return false
-    }
-
-    /// Calls `body` with what is owed, in order, as at most `maxPieces` buffers: shared
-    /// ranges pointing into `backlog` and private bytes. A shared range no longer in memory
-    /// ends the list.
-    func withOutput<R>(backlog: Backlog, maxPieces: Int, _ body: (UnsafeBufferPointer<iovec>) -> R) -> R {
-        var vectors: [iovec] = []
-        vectors.reserveCapacity(4)
-        var position = cursor
-        var stopped = false
-        var index = head
-        while index < items.count, !stopped, vectors.count < maxPieces {
-            let item = items[index]
-            if let from = position, from < item.after {
-                if backlog.gather(from: from, to: item.after, into: &vectors, limit: maxPieces) < item.after { stopped = true }
-                position = item.after
-                if stopped || vectors.count >= maxPieces { break }
-            }
-            let lower = index == head ? offset : 0
-            if item.bytes.count > lower, let start = item.bytes.memory.baseAddress {
-                vectors.append(iovec(iov_base: start + lower, iov_len: item.bytes.count - lower))
-            }
-            index += 1
-        }
-        if index == items.count, !stopped, vectors.count < maxPieces, let from = position,
-           let limit = sharedLimit(end: backlog.end), from < limit {
-            _ = backlog.gather(from: from, to: limit, into: &vectors, limit: maxPieces)
-        }
-        return vectors.withUnsafeBufferPointer(body)
-    }
-
-    /// Notes that `count` bytes were written, walking the order ``withOutput`` gives.
-    mutating func consume(_ count: Int) {
-        var left = count
-        while left > 0 {
-            if head < items.count {
-                let item = items[head]
-                if let from = cursor, from < item.after {
-                    let step = min(UInt64(left), item.after - from)
-                    cursor = from + step
-                    left -= Int(step)
-                    continue
-                }
-                let step = min(left, item.bytes.count - offset)
-                offset += step
-                left -= step
-                writtenTotal += UInt64(step)
-                if item.counted { countedBytes -= step }
-                if offset == item.bytes.count {
-                    head += 1
-                    offset = 0
-                }
-                continue
-            }
-            guard let from = cursor else { return }
-            cursor = from + UInt64(left)
-            left = 0
-        }
-        if head == items.count {
-            items.removeAll(keepingCapacity: items.capacity <= 64)
-            head = 0
-        }
-    }
-
-    /// Leaves the shared stream because its frames from ``cursor`` on are no longer held
-    /// (a replica that fell out of the backlog).
-    ///
-    /// Private messages gated after frames this connection will not get are dropped: they
-    /// would name seqs it never saw.
-    ///
-    /// - Parameter carry: The rest of the frame the connection was half-way through (empty at
-    ///   a frame boundary); it is written before anything else, so the stream stays whole.
-    mutating func leaveStream(carry: [UInt8]) {
-        guard let from = cursor else { return }
-        cursor = nil
-        follows = false
-        stoppedAt = 0
-        // An item gated at or before `from` is passed: it is still owed; later ones are dropped.
-        var keep = items.count
-        for index in head..<items.count where items[index].after > from {
-            keep = index
-            break
-        }
-        for index in keep..<items.count {
-            let dropped = items[index].bytes.count - (index == head ? offset : 0)
-            if items[index].counted { countedBytes -= dropped }
-            queuedTotal -= UInt64(dropped)
-        }
-        if keep == head { offset = 0 }
-        items.removeSubrange(keep...)
-        if !carry.isEmpty {
-            // `from` is inside a frame, so no private byte was due yet: the carry goes first.
-            items.insert(Item(after: from, bytes: SharedBytes(carry), counted: true), at: head)
-            countedBytes += carry.count
-            queuedTotal += UInt64(carry.count)
-        }
+        guard let attachment = phase.attachment else { return "client (not attached, uid \(peer.uid), pid \(peer.pid))" }
+        return attachment.name.isEmpty ? "replica \(attachment.replica)"
+            : "replica \(attachment.replica) (\(ControlCharacters.escaped(attachment.name)))"
     }
 }

@@ -40,8 +40,8 @@ struct HubFacts: Equatable {
     var history: String
 }
 
-/// The per-connection protocol as one pure function: a frame's bytes and the connection's
-/// state in, a ``HubDecision`` out. No sockets, no sequencer: tests drive it with bytes alone,
+/// The per-connection protocol as one pure function: a frame's bytes and whether (as which
+/// replica) the connection is attached in, a ``HubDecision`` out. No sockets, no sequencer: tests drive it with bytes alone,
 /// and the event loop carries out what it decides.
 enum HubProtocol {
     /// Decides what one frame from a connection asks for.
@@ -54,17 +54,16 @@ enum HubProtocol {
     ///
     /// - Parameters:
     ///   - payload: The frame's payload bytes.
-    ///   - state: The connection's state.
+    ///   - replica: The replica id the connection attached as (`nil`: not attached).
     ///   - facts: The hub's app and history.
     /// - Returns: The decision.
-    static func decide(_ payload: UnsafeRawBufferPointer, state: ConnectionState, facts: HubFacts) -> HubDecision {
-        decideCanonicalDispatch(payload, attached: state.isAttached) ?? decideParsing(payload, state: state, facts: facts)
+    static func decide(_ payload: UnsafeRawBufferPointer, attachedAs replica: Int?, facts: HubFacts) -> HubDecision {
+        decideCanonicalDispatch(payload, attached: replica != nil) ?? decideParsing(payload, attachedAs: replica, facts: facts)
     }
 
-    /// The common case of ``decide(_:state:facts:)``: a canonical dispatch from an attached
-    /// replica parses nothing, its action's bytes kept as they are. `nil` for every other
-    /// frame, which ``decideParsing(_:state:facts:)`` decides. Needs no ``ConnectionState``
-    /// (the event loop asks it first, without copying the state for every frame).
+    /// The common case of ``decide(_:attachedAs:facts:)``: a canonical dispatch from an
+    /// attached replica parses nothing, its action's bytes kept as they are. `nil` for every
+    /// other frame, which ``decideParsing(_:attachedAs:facts:)`` decides.
     ///
     /// - Parameters:
     ///   - payload: The frame's payload bytes.
@@ -75,15 +74,15 @@ enum HubProtocol {
         return .dispatch(id: id, action: WireAction(canonical: Array(payload[action])))
     }
 
-    /// ``decide(_:state:facts:)`` by parsing the frame: every frame but a canonical dispatch
-    /// from an attached replica (for which it decides the same, only slower).
+    /// ``decide(_:attachedAs:facts:)`` by parsing the frame: every frame but a canonical
+    /// dispatch from an attached replica (for which it decides the same, only slower).
     ///
     /// - Parameters:
     ///   - payload: The frame's payload bytes.
-    ///   - state: The connection's state.
+    ///   - replica: The replica id the connection attached as (`nil`: not attached).
     ///   - facts: The hub's app and history.
     /// - Returns: The decision.
-    static func decideParsing(_ payload: UnsafeRawBufferPointer, state: ConnectionState, facts: HubFacts) -> HubDecision {
+    static func decideParsing(_ payload: UnsafeRawBufferPointer, attachedAs replica: Int?, facts: HubFacts) -> HubDecision {
         let json: JSON
         do {
             json = try JSON(parsing: payload)
@@ -104,7 +103,7 @@ enum HubProtocol {
         case .history(let from, let to, let id):
             return .history(from: from, to: to, id: id)
         case .hello(let version, let appName, let fingerprint, let name, let resume, let session):
-            if case .attached(let replica, _, _) = state {
+            if let replica {
                 return .fail(WireError(.alreadyAttached, "this connection is already attached as replica \(replica); send hello once"))
             }
             guard version == syncProtocolVersion else {
@@ -121,7 +120,7 @@ enum HubProtocol {
             let point = resume.flatMap { JSONKey($0.history) == JSONKey(facts.history) ? $0 : nil }
             return .hello(HelloRequest(name: name ?? "", resume: point, session: session))
         case .dispatch(let id, let action):
-            guard case .attached = state else {
+            guard replica != nil else {
                 return .fail(WireError(.notAttached, "dispatch before hello; send {\"type\":\"hello\",\"protocol\":\(syncProtocolVersion),\"app\":\"\(facts.appName)\"} first"))
             }
             if case .string(let text) = id, text.utf8.count > ClientMessage.maxIDBytes {

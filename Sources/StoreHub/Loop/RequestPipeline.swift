@@ -24,6 +24,10 @@ import SyncCore
 /// client is never kept waiting for the end of an outage to learn that a new dispatch was
 /// refused.
 ///
+/// It calls back into nothing: ``HubCore`` takes what is due (``takeUnjudged()``,
+/// ``nextRelease(upTo:)``), judges and delivers it, and puts judged requests back, so no
+/// access to the pipeline is held open while a request is judged or an answer delivered.
+///
 /// On the event-loop thread only.
 struct RequestPipeline {
     /// What a client asked for.
@@ -86,65 +90,47 @@ struct RequestPipeline {
     /// Whether answers wait for the applier.
     var isEmpty: Bool { head == entries.count }
 
-    /// Adds a request; it is judged now when nothing waits before it and `judge` can.
+    /// A judged request: the answer, the seq it follows, and whether it may go at once.
+    typealias Judged = (judgment: Judgment, after: UInt64, immediate: Bool)
+
+    /// Adds a request to be judged later, in its turn (the sequencer cannot judge now, or
+    /// requests wait before it).
     ///
     /// - Parameters:
     ///   - connection: The connection that asked.
     ///   - request: The request.
-    ///   - judging: Whether the sequencer can judge now.
-    ///   - judge: Judges one request: the answer, the seq it follows, and whether it may go
-    ///     at once.
-    ///   - deliverNow: Delivers an answer that goes at once.
-    mutating func submit(_ connection: Connection, _ request: Request, judging: Bool,
-                         judge: (Connection, Request) -> Judged,
-                         deliverNow: (Connection, Judgment) -> Void) {
-        var entry = Entry(connection: connection, request: request)
-        if judging, !hasUnjudged {
-            let judged = judge(connection, request)
-            if judged.immediate, connection.held == 0 || judged.judgment.overtakes {
-                deliverNow(connection, judged.judgment)
-                return
-            }
-            entry.judgment = judged.judgment
-            entry.after = judged.after
-            entries.append(entry)
-            firstUnjudged = entries.count
-        } else {
-            entries.append(entry)
-        }
+    mutating func append(_ connection: Connection, unjudged request: Request) {
+        entries.append(Entry(connection: connection, request: request))
         connection.held += 1
     }
 
-    /// A judged request: the answer, the seq it follows, and whether it may go at once.
-    typealias Judged = (judgment: Judgment, after: UInt64, immediate: Bool)
-
-    /// Judges every waiting request, in order.
+    /// Adds a request judged as it arrived; only when none waits unjudged (``hasUnjudged``).
     ///
     /// - Parameters:
-    ///   - skip: Whether a waiting request is dropped instead (its connection is gone).
-    ///   - judge: Judges one request.
-    ///   - deliverNow: Delivers an answer that goes at once.
-    mutating func judgeWaiting(skip: (Connection) -> Bool, judge: (Connection, Request) -> Judged,
-                               deliverNow: (Connection, Judgment) -> Void) {
-        guard hasUnjudged else { return }
-        // Counted again below, as each is kept.
-        for index in firstUnjudged..<entries.count { entries[index].connection.held -= 1 }
-        var kept: [Entry] = []
-        for index in firstUnjudged..<entries.count {
-            var entry = entries[index]
-            if skip(entry.connection) { continue }
-            let judged = judge(entry.connection, entry.request)
-            if judged.immediate, entry.connection.held == 0 || judged.judgment.overtakes {
-                deliverNow(entry.connection, judged.judgment)
-                continue
-            }
-            entry.judgment = judged.judgment
-            entry.after = judged.after
-            entry.connection.held += 1
-            kept.append(entry)
-        }
-        entries.replaceSubrange(firstUnjudged..., with: kept)
+    ///   - connection: The connection that asked.
+    ///   - request: The request.
+    ///   - judged: Its judgment and the seq it follows.
+    mutating func append(_ connection: Connection, _ request: Request, judged: Judged) {
+        assert(!hasUnjudged, "a request judged at once while others wait unjudged would overtake them")
+        entries.append(Entry(connection: connection, request: request, judgment: judged.judgment, after: judged.after))
         firstUnjudged = entries.count
+        connection.held += 1
+    }
+
+    /// Takes every request waiting to be judged out of the pipeline, in order: the caller
+    /// judges each and appends it again (``append(_:_:judged:)``), or drops it.
+    ///
+    /// - Returns: The requests, with their connections.
+    mutating func takeUnjudged() -> [(connection: Connection, request: Request)] {
+        guard hasUnjudged else { return [] }
+        var taken: [(connection: Connection, request: Request)] = []
+        taken.reserveCapacity(entries.count - firstUnjudged)
+        for index in firstUnjudged..<entries.count {
+            entries[index].connection.held -= 1
+            taken.append((entries[index].connection, entries[index].request))
+        }
+        entries.removeSubrange(firstUnjudged...)
+        return taken
     }
 
     /// Un-judges every request judged after proposals from seq `from` on, which were voided.
@@ -158,18 +144,18 @@ struct RequestPipeline {
         firstUnjudged = first
     }
 
-    /// Releases, in order, every answer whose `after` the applier has reached.
+    /// The next answer, in order, whose `after` the applier has reached: taken out of the
+    /// pipeline. `nil` when none is due.
     ///
-    /// - Parameters:
-    ///   - applied: The applied seq.
-    ///   - deliver: Carries out one answer (the connection, the answer, and the seq it follows).
-    mutating func release(upTo applied: UInt64, deliver: (Connection, Judgment, UInt64) -> Void) {
-        while head < firstUnjudged, let judgment = entries[head].judgment, entries[head].after <= applied {
+    /// - Parameter applied: The applied seq.
+    /// - Returns: The connection, the answer, and the seq it follows.
+    mutating func nextRelease(upTo applied: UInt64) -> (connection: Connection, judgment: Judgment, after: UInt64)? {
+        if head < firstUnjudged, let judgment = entries[head].judgment, entries[head].after <= applied {
             // The fields, not the entry: copying the entry would copy its request (an action) too.
             let connection = entries[head].connection, after = entries[head].after
             head += 1
             connection.held -= 1
-            deliver(connection, judgment, after)
+            return (connection, judgment, after)
         }
         if head == entries.count {
             entries.removeAll(keepingCapacity: entries.capacity <= 4096)
@@ -180,5 +166,6 @@ struct RequestPipeline {
             firstUnjudged -= head
             head = 0
         }
+        return nil
     }
 }

@@ -217,10 +217,18 @@ final class Applier {
     }
 
     /// The session table's entry for a client session.
-    func session(named name: String) -> SessionEntry { sessions.entry(name, now: .now) }
+    ///
+    /// - Parameters:
+    ///   - name: The session.
+    ///   - now: The time (it marks the session used).
+    func session(named name: String, now: ContinuousClock.Instant) -> SessionEntry { sessions.entry(name, now: now) }
 
     /// The entry a connection holds, or a fresh one when the table dropped it.
-    func currentSession(_ held: SessionEntry) -> SessionEntry { sessions.current(held, now: .now) }
+    ///
+    /// - Parameters:
+    ///   - held: The entry the connection holds.
+    ///   - now: The time (it marks the session used).
+    func currentSession(_ held: SessionEntry, now: ContinuousClock.Instant) -> SessionEntry { sessions.current(held, now: now) }
 
     /// Forgets sessions idle for longer than the session table's limit.
     func expireSessions(now: ContinuousClock.Instant) {

@@ -21,7 +21,7 @@ import Darwin
 /// to the hub's per-replica limit (`--max-queue-bytes`); past it, the event loop detaches it,
 /// and it comes back by resuming or re-attaching.
 ///
-/// Owned by the ``Sequencer`` (which appends) and read by the ``HubLoop`` (which writes),
+/// Owned by the ``Sequencer`` (which appends) and read by the ``HubCore`` (whose reactor writes),
 /// both on the event-loop thread. Stored properties are `@exclusivity(unchecked)`: see
 /// ``HubLoop``'s note on exclusivity.
 final class Backlog {

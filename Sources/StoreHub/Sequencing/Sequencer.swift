@@ -8,7 +8,7 @@ import SyncPOSIX
 ///
 /// It knows no connection: a dispatch comes in as (action, id, origin, session) and its
 /// acknowledgement goes out as the `action` frame the applier appends to the backlog; the
-/// event loop matches everything else (refusals, barriers, welcomes) to connections in its
+/// ``HubCore`` matches everything else (refusals, barriers, welcomes) to connections in its
 /// ``RequestPipeline``.
 ///
 /// The path of one dispatch: ``dispatch(_:id:origin:session:)`` de-duplicates it, checks the
@@ -156,19 +156,23 @@ final class Sequencer {
     ///   - action: The action's JSON.
     ///   - id: The dispatcher's id.
     ///   - origin: The dispatching replica.
+    ///   - originName: The dispatching replica's name (`""`: none), kept in the action's stamp.
     ///   - session: The dispatcher's session.
     /// - Returns: `proposed` (acknowledged later by its `action` frame), `refused`, or
     ///   `duplicate` with the original's seq (which may still be in flight).
-    ///   - originName: The dispatching replica's name (`""`: none), kept in the action's stamp.
     func dispatch(_ action: JSON, id: DispatchID, origin: Int, originName: String = "", session: SessionEntry?) -> Proposer.Outcome {
-        dispatch(WireAction(action), id: id, origin: origin, originName: originName, session: session)
+        dispatch(WireAction(action), id: id, origin: origin, originName: originName, session: session, now: .now)
     }
 
     /// ``dispatch(_:id:origin:originName:session:)`` for an action held as a ``WireAction`` (a
-    /// canonical dispatch's bytes, forwarded as they are).
-    func dispatch(_ action: WireAction, id: DispatchID, origin: Int, originName: String = "", session: SessionEntry?) -> Proposer.Outcome {
+    /// canonical dispatch's bytes, forwarded as they are), at a time the caller gives (the
+    /// event loop's; the overload above reads the clock).
+    ///
+    /// - Parameter now: The time (for the checkpoint interval and the session's use).
+    func dispatch(_ action: WireAction, id: DispatchID, origin: Int, originName: String = "", session: SessionEntry?,
+                  now: ContinuousClock.Instant) -> Proposer.Outcome {
         owner.check()
-        let session = session.map { applier.currentSession($0) }
+        let session = session.map { applier.currentSession($0, now: now) }
         if let original = proposer.duplicate(session: session, id: id) {
             return .duplicate(original)
         }
@@ -178,7 +182,6 @@ final class Sequencer {
             // checkpoint: a replica that differs finds out within about an interval. A flow
             // starts with an action after a quiet spell of two intervals, and its first
             // interval carries none: a few dispatches at a time are never followed by one.
-            let now = ContinuousClock.now
             if now - lastDispatchAt >= quietSpell {
                 lastCheckpointAt = now
             } else if now - lastCheckpointAt >= interval {
@@ -212,13 +215,14 @@ final class Sequencer {
     /// - Parameters:
     ///   - id: The dispatcher's id.
     ///   - session: The dispatcher's session.
+    ///   - now: The time (it marks the session used).
     /// - Returns: The original's seq, or `nil`.
-    func sequencedSeq(of id: DispatchID, session: SessionEntry?) -> UInt64? {
-        proposer.duplicate(session: session.map { applier.currentSession($0) }, id: id)
+    func sequencedSeq(of id: DispatchID, session: SessionEntry?, now: ContinuousClock.Instant) -> UInt64? {
+        proposer.duplicate(session: session.map { applier.currentSession($0, now: now) }, id: id)
     }
 
     /// The session table's entry for a client session (held by its connection).
-    func session(named name: String) -> SessionEntry { applier.session(named: name) }
+    func session(named name: String, now: ContinuousClock.Instant) -> SessionEntry { applier.session(named: name, now: now) }
 
     // MARK: - The pass
 
