@@ -158,7 +158,7 @@ public enum DataDirectory {
                                           logger: .discarding)
             let first = start.records.first?.seq ?? (start.snapshot?.seq ?? 0)
             lines.append("journal: \(start.records.count) records after the snapshot (seq \(first)…\(sequencer.appliedSeq)), contiguous, every checksum ok")
-            lines.append("recovered state: seq \(sequencer.appliedSeq), digest \(sequencer.speculativeSnapshot().digest)")
+            lines.append("recovered state: seq \(sequencer.appliedSeq), digest \(sequencer.speculativeState().digest)")
             let torn = start.warnings.contains { $0.contains("torn tail") }
             return Report(lines: lines, healthy: !torn || repair)
         } catch {

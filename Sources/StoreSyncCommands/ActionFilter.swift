@@ -3,7 +3,7 @@ import SyncCore
 /// `watch` and `history`'s filters: `--type GLOB` (the action's `"type"`, with `*` and `?`)
 /// and `--origin N[,N…]` (the replica ids that dispatched it). A line is printed when it
 /// passes both; without them, every line is.
-struct ActionFilter: Sendable {
+struct ActionFilter: Sendable, Equatable {
     /// The glob the action's type must match, if any.
     var typeGlob: String?
     /// The replica ids whose actions are printed, if limited.

@@ -18,7 +18,7 @@ enum GenericClient {
     ///   - connection: A connection that has sent nothing yet.
     ///   - command: `state`, `watch` or `dispatch`.
     ///   - options: The command line.
-    static func run(app: String, over connection: HubConnection, command: String, options: Options) throws(ReplicaError) {
+    static func run(app: String, over connection: HubConnection, command: String, options: ReplicaOptions) throws(ReplicaError) {
         // Bad arguments first: a usage error never half-runs.
         let actions: [JSON] = options.arguments.map { text in
             do throws(AppCodingError) {
@@ -86,8 +86,8 @@ enum GenericClient {
     ///
     /// - Parameters:
     ///   - connection: A connection that has sent nothing yet.
-    ///   - options: The command line (`--from`, `--to` in ``Options/arguments``).
-    static func history(over connection: HubConnection, options: Options) throws(ReplicaError) {
+    ///   - options: The command line (`--from`, `--to` in ``ReplicaOptions/arguments``).
+    static func history(over connection: HubConnection, options: ReplicaOptions) throws(ReplicaError) {
         let (from, end) = try historyRange(over: connection, options: options)
         try actions(over: connection, from: from, through: end, name: options.name) { sequenced in
             guard options.filter.passes(sequenced) else { return }
@@ -98,7 +98,7 @@ enum GenericClient {
     /// `--from` and `--to` of `history`, checked against the hub's seq (usage errors exit 2).
     ///
     /// - Returns: The first and the last seq.
-    static func historyRange(over connection: HubConnection, options: Options) throws(ReplicaError) -> (UInt64, UInt64) {
+    static func historyRange(over connection: HubConnection, options: ReplicaOptions) throws(ReplicaError) -> (UInt64, UInt64) {
         var from: UInt64?
         var to: UInt64?
         var arguments = options.arguments[...]
@@ -196,7 +196,7 @@ enum GenericClient {
         }
     }
 
-    private static func printState(_ welcome: Welcome, options: Options) {
+    private static func printState(_ welcome: Welcome, options: ReplicaOptions) {
         ReplicaCommand.printState(welcome.state ?? .null, seq: welcome.seq, digest: welcome.digest, options: options)
     }
 }

@@ -10,216 +10,10 @@ import StoreReplica
 import SyncCore
 import SyncPOSIX
 
-func replicaUsage(program: String, apps: [any SyncApp]) -> String {
-    let shorthand = apps.map { "\(type(of: $0).name):\n\(type(of: $0).commandHelp)" }.joined(separator: "\n")
-    return """
-    \(program) — a StoreSync replica in a terminal: attach to a hub, dispatch, read state, watch.
-
-    USAGE: \(program) [OPTIONS] COMMAND [ARGUMENTS]
-
-    COMMANDS:
-      attach                 Interactive replica. Each line read from stdin is an action (JSON
-                             or the app's shorthand, see below) or a command: :state, :digest,
-                             :status, :history [N], :diff [SEQ], :help, :quit. Every sequenced
-                             action is printed as "#SEQ from replica N: ACTION" ("(NAME)" when
-                             its replica gave a name, "(you)" marks this replica's own).
-                             :history [N] prints the last N actions seen here (default 20, at
-                             most 1000) with when the hub sequenced them; :diff [SEQ] the JSON
-                             Patch action SEQ (default: the newest) made to the state.
-                             Ends at end of input or :quit (exit 0); rides through hub restarts
-                             (see --no-reconnect, with which it ends when the hub goes, exit 1).
-                             On a terminal (without --json) the line is edited in place after
-                             a "> " prompt: Left/Right, Home/End, Ctrl-A/E/B/F, Backspace,
-                             Delete, Ctrl-K/U/W, Up/Down for history (the last 1000 lines, kept
-                             in $XDG_STATE_HOME/storesync/attach-history, else
-                             ~/.local/state/storesync/attach-history), Tab to complete
-                             :commands and shorthand words; Ctrl-D on an empty line ends it.
-                             Each line is dispatched and acknowledged before the next is read,
-                             so a later line (such as a thunk) sees the effect of earlier ones.
-                             :digest first waits for everything sequenced so far, then prints
-                             "seq N digest D", and compares with the hub's digest at seq N:
-                             if they differ, a second line says so. While actions flow the
-                             replica also compares digests with the hub about once a second
-                             and re-hydrates if they differ ("diverged from the hub at seq N
-                             (… both digests …); re-hydrating"). With --json each of these lines is one JSON
-                             object: {"type":"attached","app":…,"digest":…,"fingerprint":…,
-                             "hub":…,"replica":…,"seq":…} first, then each action as in watch,
-                             {"type":"rejected","id":…,"error":{…}} for a refusal by the hub,
-                             {"type":"error","error":{"code":…,…}} for a line that is not an
-                             action or a barrier that failed while reconnecting,
-                             {"type":"queued","message":…} for an action typed while the hub
-                             cannot be reached (kept, sent once the link is back; do not
-                             send it again; without --json "queued: …"), and
-                             {"type":"digest","digest":…,"seq":…} for :digest, with
-                             "hub_digest" when the hub was still at that seq,
-                             {"type":"history","actions":[…]} for :history and
-                             {"type":"diff","patch":[…],"seq":…} for :diff (:state, :status
-                             and :help still print text).
-                             SIGINT or SIGTERM ends it with exit 0.
-      dispatch ACTION…       Send each ACTION (one argument each: JSON or shorthand) in order,
-                             print the seq the hub gave it, one per line, and exit 0. On a
-                             refusal print "\(program): CODE: MESSAGE" to stderr and exit 1
-                             without sending the rest.
-      state [--pointer P] [--at SEQ]
-                             Print the current state as one line of JSON (the value at RFC 6901
-                             pointer P with --pointer) and exit. With --json print
-                             {"digest":…,"seq":…,"state":…}; the digest is always of the whole state.
-                             With --at SEQ: the state as it was right after SEQ, rebuilt here
-                             with the app's reducer from the hub's resume window (it must
-                             still start at seq 1; otherwise exit 1 saying so: use
-                             hubd --export DIR --at SEQ on the hub's data directory).
-      watch [--diff] [--type GLOB] [--origin N|NAME[,…]]
-                             Print every sequenced action as one JSON line (NDJSON):
-                             {"action":…,"id":…,"origin":…,"origin_name":…,"seq":…,"time":…},
-                             until SIGINT or SIGTERM (exit 0); "origin_name" is the name the
-                             dispatching replica gave (absent if none), "time" when the hub
-                             sequenced it (RFC 3339, UTC). Rides through hub restarts, or with
-                             --no-reconnect ends when the hub goes (exit 1). With --diff each
-                             line also carries "patch": the RFC 6902 JSON Patch the action made
-                             to the state (add/remove/replace, computed here by the app's
-                             reducer). --type GLOB prints only actions whose "type" matches
-                             (* and ?), --origin only those dispatched by these replica ids or
-                             names.
-      status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
-                             attached replicas). With --json print the hub's status message.
-      history --from A [--to B] [--diff] [--type GLOB] [--origin N|NAME[,…]]
-                             Print the sequenced actions A…B (B: the hub's seq by default) as
-                             NDJSON lines, as watch does, from the hub's resume window (at
-                             least the last 10000 actions); older ones: exit 1 saying so (read
-                             the data directory with hubd --export). Works with any app. With
-                             --diff each line also carries "patch", the RFC 6902 JSON Patch the
-                             action made, from the state before A rebuilt here with the app's
-                             reducer (the app must be built in, and the window reach seq 1).
-                             --type and --origin filter the lines as for watch.
-      top [--count N] [--interval SECONDS]
-                             A live view of the hub, refreshed every SECONDS (default 1): seq,
-                             actions/s, max lag, digest, storage, and per replica its id, name,
-                             uid, pid, lag and queued bytes; redrawn in place on a terminal,
-                             else one line per refresh ("seq N  actions/s R  replicas K  max
-                             lag L  digest D"), or one JSON object with --json. Ends after N
-                             refreshes, or on SIGINT/SIGTERM (exit 0). Works with any app.
-
-    ANY HUB: without --app, state, watch, dispatch and status also work with a hub whose app
-    this program was not built with, as raw canonical JSON (the app is taken from the hub):
-    state prints the hub's state, dispatch takes JSON actions only (the hub validates them),
-    watch prints each action and ends when the hub goes (exit 1). attach needs the app built in.
-
-    OPTIONS:
-      --socket PATH[,PATH…]  The hub's socket. Default: $STORESYNC_SOCKET, else the app's socket,
-                             $XDG_RUNTIME_DIR/storesync/APP.sock, else ${TMPDIR:-/tmp}/storesync-UID/APP.sock
-                             (APP from --app). Without --app: the one hub socket in that
-                             directory; when several hubs listen there, name one with --app or --socket.
-                             Several paths (hubs on one shared log, hubd --log nats://…) are
-                             tried in order; after a drop, attach and watch move to the next
-                             one that answers and resume there (same history, same seqs).
-      --app NAME             The app to run (\(apps.map { type(of: $0).name }.joined(separator: ", "))). Default: the hub's app,
-                             taken from its status.
-      --name NAME            This replica's name in the hub's status and logs.
-      --json                 Machine-readable output for attach, state and status.
-      --no-reconnect         attach and watch: end (exit 1) when the link to the hub drops,
-                             instead of reconnecting. By default they ride through a hub
-                             restart: one line when the link drops ("link to the hub dropped:
-                             REASON; reconnecting"), one when it is back ("link back: resumed at
-                             seq N", nothing missed, or "link back: re-hydrated at seq N", the
-                             state replaced by the hub's); watch prints every seq exactly once.
-                             watch writes these lines to stderr; attach to stdout (with --json
-                             as {"type":"link","state":"dropped"|"resumed"|"rehydrated"|
-                             "diverged",…}; resumed and rehydrated carry "replica", the id
-                             this replica now has). dispatch always retries a dropped link (up to 10
-                             attempts) on its session: an action is applied once, never twice.
-      --pointer P            With state: print only the value at JSON Pointer P.
-      --hub-uid UID          Trust a hub run by this user (name or number) besides yourself and
-                             root (the same as $STORESYNC_HUB_UID). Before connecting, the socket's
-                             directory must belong to one of them and be writable by no one else;
-                             after, the process serving the socket must run as one of them.
-                             Anything else is refused before a byte is sent.
-      --version              Print the StoreSync version and exit.
-      -h, --help             Print this help and exit.
-
-    SHORTHAND (besides actions written as JSON objects, {"type":…}):
-    \(shorthand)
-
-    Exit status: 0 success; 1 no hub, refused action or lost connection (one line on stderr);
-    2 bad usage.
-    """
-}
-
-struct Options {
-    var socket: String?
-    var app: String?
-    var name: String?
-    var json = false
-    var pointer: String?
-    var noReconnect = false
-    /// watch: print each action's RFC 6902 patch to the state.
-    var diff = false
-    /// state: the seq to rebuild the state at (time travel).
-    var at: UInt64?
-    /// `--type GLOB` and `--origin N[,N…]` (watch and history).
-    var filter = ActionFilter()
-    var command: String?
-    var arguments: [String] = []
-}
-
 func fail(_ message: String, status: Int32 = 1) -> Never {
     // Text from the hub (and, through it, from other clients) never drives the terminal.
     Console.error("\(ReplicaCommand.program): \(ControlCharacters.escaped(message))")
     exit(status)
-}
-
-func parseOptions(apps: [any SyncApp]) -> Options {
-    var options = Options()
-    var cursor = ArgumentCursor(CommandLine.arguments)
-    func value(_ flag: String) -> String {
-        guard let next = cursor.next() else { fail("\(flag) needs a value; see \(ReplicaCommand.program) --help", status: 2) }
-        return next
-    }
-    while let argument = cursor.next() {
-        switch argument {
-        case "-h", "--help":
-            Console.out(replicaUsage(program: ReplicaCommand.program, apps: apps))
-            exit(0)
-        case "--socket": options.socket = value(argument)
-        case "--app": options.app = value(argument)
-        case "--name": options.name = value(argument)
-        case "--pointer": options.pointer = value(argument)
-        case "--json": options.json = true
-        case "--no-reconnect": options.noReconnect = true
-        case "--diff": options.diff = true
-        case "--type": options.filter.typeGlob = value(argument)
-        case "--origin":
-            // Replica ids and names: a word of digits is an id, anything else a name.
-            let text = value(argument)
-            let words = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
-            guard !words.isEmpty, words.allSatisfy({ !$0.isEmpty }) else {
-                fail("--origin needs replica ids or names, e.g. --origin 3, --origin 3,7 or --origin alice, got \"\(ControlCharacters.escaped(text))\"", status: 2)
-            }
-            let ids = words.compactMap { word in word.allSatisfy(\.isASCII) ? Int(word).flatMap { $0 >= 0 ? $0 : nil } : nil }
-            let names = words.filter { word in !(word.allSatisfy(\.isASCII) && Int(word).map { $0 >= 0 } == true) }
-            options.filter.origins = ids.isEmpty ? nil : Set(ids)
-            options.filter.originNames = names.isEmpty ? nil : Set(names.map { JSONKey($0) })
-        case "--at":
-            guard let seq = UInt64(value(argument)) else { fail("--at needs a seq (a whole number)", status: 2) }
-            options.at = seq
-        case "--hub-uid":
-            // The library reads it from the environment, as every client of this process would.
-            setenv(SocketPath.hubUIDVariable, value(argument), 1)
-        case "--version":
-            Console.out("\(ReplicaCommand.program) (StoreSync \(StoreSyncVersion.current))")
-            exit(0)
-        case "--":
-            options.arguments.append(contentsOf: cursor.rest())
-        default:
-            if argument.hasPrefix("--") && !["dispatch", "top", "history"].contains(options.command ?? "") {
-                let flags = ["--socket", "--app", "--name", "--pointer", "--json", "--no-reconnect", "--diff", "--type", "--origin", "--at",
-                             "--hub-uid", "--version", "--help"]
-                let hint = closestFlag(argument, among: flags).map { " (did you mean \($0)?)" } ?? ""
-                fail("unknown option \"\(argument)\"\(hint); see \(ReplicaCommand.program) --help", status: 2)
-            }
-            if options.command == nil { options.command = argument } else { options.arguments.append(argument) }
-        }
-    }
-    return options
 }
 
 /// The whole of `replica-cli` as a library entry point, for a CLI of your own app:
@@ -253,7 +47,24 @@ public enum ReplicaCommand {
             apps.first { JSONKey(type(of: $0).name) == JSONKey(name) }
         }
         SignalPipe.unblockTerminationSignals()
-        let options = parseOptions(apps: apps)
+        let options: ReplicaOptions
+        do throws(UsageError) {
+            options = try ReplicaOptions.parse(CommandLine.arguments)
+        } catch {
+            fail(error.message, status: 2)
+        }
+        switch options.request {
+        case .command:
+            break
+        case .help:
+            Console.out(ReplicaOptions.usage(program: ReplicaCommand.program, apps: apps))
+            exit(0)
+        case .version:
+            Console.out("\(ReplicaCommand.program) (StoreSync \(StoreSyncVersion.current))")
+            exit(0)
+        }
+        // The library reads it from the environment, as every client of this process would.
+        if let hubUID = options.hubUID { setenv(SocketPath.hubUIDVariable, hubUID, 1) }
         guard let command = options.command else {
             fail("missing command (attach, dispatch, state, watch, status, top or history); see \(ReplicaCommand.program) --help", status: 2)
         }
@@ -374,7 +185,7 @@ public enum ReplicaCommand {
     }
 
     static func run<App: SyncApp>(_ app: App, over connection: HubConnection, command: String,
-                                  options: Options) async throws(ReplicaError) {
+                                  options: ReplicaOptions) async throws(ReplicaError) {
         // Bad arguments are usage errors before anything attaches to the hub.
         let actions = command == "dispatch" ? options.arguments.map { wireAction(app, $0) } : []
         if command == "watch" || command == "attach" { exitOnTerminationSignal() }
@@ -464,7 +275,7 @@ public enum ReplicaCommand {
     /// `state --at SEQ`: the state as it was right after SEQ, rebuilt here with the app's
     /// reducer from the initial state and the actions 1…SEQ of the hub's resume window (a
     /// `hello` resuming at seq 0). Refused, saying why, when the window no longer starts at 1.
-    static func stateAt<App: SyncApp>(_ seq: UInt64, app: App, over connection: HubConnection, options: Options) throws(ReplicaError) {
+    static func stateAt<App: SyncApp>(_ seq: UInt64, app: App, over connection: HubConnection, options: ReplicaOptions) throws(ReplicaError) {
         let status = try connection.status()
         guard seq <= status.seq else { fail("the hub is at seq \(status.seq); seq \(seq) is not sequenced yet") }
         let state = try rebuild(app, through: seq, over: connection, options: options,
@@ -474,7 +285,7 @@ public enum ReplicaCommand {
 
     /// The state right after `seq`, rebuilt here with the app's reducer from its initial
     /// state and the actions 1…`seq` of the hub's resume window (the `history` request).
-    static func rebuild<App: SyncApp>(_ app: App, through seq: UInt64, over connection: HubConnection, options: Options,
+    static func rebuild<App: SyncApp>(_ app: App, through seq: UInt64, over connection: HubConnection, options: ReplicaOptions,
                                       older: String) throws(ReplicaError) -> App.State {
         var state = app.initialState
         try GenericClient.actions(over: connection, from: 1, through: seq, name: options.name, older: older) { sequenced in
@@ -497,7 +308,7 @@ public enum ReplicaCommand {
 
     /// `history --from A --to B --diff`: each action A…B as `watch --diff` prints it, with the
     /// JSON Patch it made, from the state before A rebuilt here (the window must reach seq 1).
-    static func historyDiff<App: SyncApp>(_ app: App, over connection: HubConnection, options: Options) throws(ReplicaError) {
+    static func historyDiff<App: SyncApp>(_ app: App, over connection: HubConnection, options: ReplicaOptions) throws(ReplicaError) {
         let (from, end) = try GenericClient.historyRange(over: connection, options: options)
         var state = try rebuild(app, through: from - 1, over: connection, options: options,
                                 older: "history --diff needs the state before seq \(from), rebuilt from seq 1, and the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); use history without --diff, watch --diff while actions flow, or hubd --export DIR --at \(from - 1) on its data directory")
@@ -511,7 +322,7 @@ public enum ReplicaCommand {
         }
     }
 
-    static func printState<App: SyncApp>(_ replica: Replica<App>, options: Options) throws(ReplicaError) {
+    static func printState<App: SyncApp>(_ replica: Replica<App>, options: ReplicaOptions) throws(ReplicaError) {
         printState(replica.app.encodeState(replica.store.state), seq: replica.seq, options: options)
     }
 
@@ -524,7 +335,7 @@ public enum ReplicaCommand {
     ///   - seq: The seq it is the state after.
     ///   - digest: Its digest when known (else computed).
     ///   - options: The command line.
-    static func printState(_ whole: JSON, seq: UInt64, digest: String? = nil, options: Options) {
+    static func printState(_ whole: JSON, seq: UInt64, digest: String? = nil, options: ReplicaOptions) {
         var shown = whole
         if let pointerText = options.pointer {
             let pointer: JSONPointer

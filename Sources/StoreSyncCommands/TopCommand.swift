@@ -19,8 +19,8 @@ enum TopCommand {
     ///
     /// - Parameters:
     ///   - connection: A connection to the hub that has sent nothing yet.
-    ///   - options: The command line (`--json`, and `--count N` in ``Options/arguments``).
-    static func run(over connection: HubConnection, options: Options) throws(ReplicaError) {
+    ///   - options: The command line (`--json`, and `--count N` in ``ReplicaOptions/arguments``).
+    static func run(over connection: HubConnection, options: ReplicaOptions) throws(ReplicaError) {
         var count: Int?
         var interval = 1.0
         var arguments = options.arguments[...]

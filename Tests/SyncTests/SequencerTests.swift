@@ -64,7 +64,7 @@ struct SequencerTests {
         #expect(sequencer.dispatch(set("/mine", 2), id: .number(1), origin: 1, session: nil) == .proposed(2))
         #expect(log.proposals.last?.expectingLast == 1)
         #expect(log.proposals.last?.records.map(\.seq) == [2])
-        #expect(sequencer.speculativeSnapshot().seq == 2)
+        #expect(sequencer.speculativeState().seq == 2)
     }
 
     @Test("another hub's record overtakes two proposals: both are voided, judged again after it, and re-proposed")
@@ -81,9 +81,9 @@ struct SequencerTests {
         #expect(sequencer.isJudging)
         #expect(sequencer.dispatch(set("/a", 1), id: .number(1), origin: 1, session: nil) == .proposed(2))
         #expect(log.proposals.last?.expectingLast == 1)
-        let state = sequencer.speculativeSnapshot()
+        let state = sequencer.speculativeState()
         #expect(state.seq == 2)
-        #expect(String(decoding: UnsafeRawBufferPointer(state.stateBytes.memory).prefix(state.stateBytes.count), as: UTF8.self) == #"{"a":1,"x":3}"#)
+        #expect(String(decoding: UnsafeRawBufferPointer(state.bytes.memory).prefix(state.bytes.count), as: UTF8.self) == #"{"a":1,"x":3}"#)
     }
 
     @Test("a conflict reported before the record that caused it: no judging until the applied seq reaches the log's end")
@@ -124,7 +124,7 @@ struct SequencerTests {
             return
         }
         #expect(error.code == .unavailable)
-        #expect(sequencer.appliedSnapshot().seq == 0)
+        #expect(sequencer.appliedState().seq == 0)
         // Back, still behind: judging waits for the catch-up again.
         log.available = true
         log.pending = [.appended(foreign(1, "/x", 1))]
@@ -186,18 +186,18 @@ struct SequencerTests {
         let log = ScriptedLog()
         let sequencer = try sequencer(log)
         var taken: [Int] = []
-        for _ in 0..<Sequencer.replicaBlock / 2 { taken.append(try #require(sequencer.takeReplicaID())) }
+        for _ in 0..<Sequencer.replicaBlock / 2 { taken.append(try #require(sequencer.takeReplicaID(now: .now))) }
         #expect(taken.first == 1)
         #expect(log.leaseRequests.isEmpty, "more than half of the block is left")
-        taken.append(try #require(sequencer.takeReplicaID()))
+        taken.append(try #require(sequencer.takeReplicaID(now: .now)))
         #expect(log.leaseRequests.count == 1)
-        while sequencer.takeReplicaID() != nil {}
+        while sequencer.takeReplicaID(now: .now) != nil {}
         // The block ran out and the log has not answered: no id.
-        #expect(sequencer.takeReplicaID() == nil)
+        #expect(sequencer.takeReplicaID(now: .now) == nil)
         let block = try #require(log.leaseRequests.first)
         log.pending = [.replicaIDs(.success(block))]
         _ = sequencer.pump(now: .now)
-        #expect(sequencer.takeReplicaID() == block.lowerBound)
+        #expect(sequencer.takeReplicaID(now: .now) == block.lowerBound)
         #expect(block.lowerBound > Sequencer.replicaBlock)
     }
 

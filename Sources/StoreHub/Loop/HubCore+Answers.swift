@@ -17,10 +17,10 @@ extension HubCore {
                   sequencer.sequencedSeq(of: id, session: connection.session, now: now) == nil else { return nil }
             return .reject(id, WireError(.unavailable, reason))
         case .status:
-            return .status(sequencer.appliedSnapshot())
+            return .status(sequencer.appliedState())
         case .welcome(let replica, let resume):
             if let resume, sequencer.canResume(after: resume.seq) { return .resumed(replica: replica, seq: resume.seq) }
-            return .full(replica: replica, snapshot: sequencer.appliedSnapshot())
+            return .full(replica: replica, state: sequencer.appliedState())
         case .history(let from, let to, let id):
             // Only applied actions are kept: it can be answered now, from them.
             return .history(from: from, to: to, id: id)
@@ -52,8 +52,8 @@ extension HubCore {
             case .duplicate(let seq): return (.duplicate(id, seq), max(seq, proposed), false)
             }
         case .status:
-            if outage { return (.status(sequencer.appliedSnapshot()), applied, true) }
-            return (.status(sequencer.speculativeSnapshot()), proposed, false)
+            if outage { return (.status(sequencer.appliedState()), applied, true) }
+            return (.status(sequencer.speculativeState()), proposed, false)
         case .sync(let id):
             return (.synced(id, proposed), proposed, false)
         case .history(let from, let to, let id):
@@ -65,8 +65,8 @@ extension HubCore {
             if let resume, sequencer.canResume(after: resume.seq) {
                 return (.resumed(replica: replica, seq: resume.seq), outage ? applied : proposed, outage)
             }
-            if outage { return (.full(replica: replica, snapshot: sequencer.appliedSnapshot()), applied, true) }
-            return (.full(replica: replica, snapshot: sequencer.speculativeSnapshot()), proposed, false)
+            if outage { return (.full(replica: replica, state: sequencer.appliedState()), applied, true) }
+            return (.full(replica: replica, state: sequencer.speculativeState()), proposed, false)
         case .end(let error):
             return (.end(error), proposed, false)
         }
@@ -89,12 +89,12 @@ extension HubCore {
             send(.synced(seq: seq, id: id), to: connection, after: gate)
         case .history(let from, let to, let id):
             connection.output.queue(historyReply(from: from, to: to, id: id, upTo: min(seq, backlog.lastSeq)), after: gate)
-        case .status(let snapshot):
-            send(.status(statusMessage(snapshot)), to: connection, after: gate)
+        case .status(let state):
+            send(.status(statusMessage(state)), to: connection, after: gate)
         case .resumed(let replica, let seq):
-            startStream(connection, replica: replica, resumedAt: seq, snapshot: nil)
-        case .full(let replica, let snapshot):
-            startStream(connection, replica: replica, resumedAt: nil, snapshot: snapshot)
+            startStream(connection, replica: replica, resumedAt: seq, state: nil)
+        case .full(let replica, let state):
+            startStream(connection, replica: replica, resumedAt: nil, state: state)
         case .end(let error?):
             tearDown(connection, .failed(error))
         case .end(nil):
@@ -104,8 +104,8 @@ extension HubCore {
 
     /// Starts the stream for a connection whose `hello` was answered: its welcome, gated after
     /// exactly the actions it covers, then every action after it.
-    private mutating func startStream(_ connection: Connection, replica: Int, resumedAt: UInt64?, snapshot: Sequencer.Snapshot?) {
-        let seq = resumedAt ?? snapshot?.seq ?? 0
+    private mutating func startStream(_ connection: Connection, replica: Int, resumedAt: UInt64?, state: EncodedState?) {
+        let seq = resumedAt ?? state?.seq ?? 0
         guard let position = seq >= backlog.lastSeq ? backlog.end : backlog.position(after: seq) else {
             tearDown(connection, .failed(WireError(.slowConsumer, "the actions after seq \(seq) left the hub's backlog while this connection attached; attach again")))
             return
@@ -115,18 +115,18 @@ extension HubCore {
                                           maxFrameBytes: configuration.maxFrameBytes)
             // The welcome, then the missed frames straight from the backlog, then whatever follows.
             send(.welcome(welcome), to: connection, after: position)
-        } else if let snapshot {
+        } else if let state {
             do throws(FrameError) {
-                let (prefix, suffix) = try Welcome.frame(hub: hubID, history: sequencer.history, replica: replica, seq: snapshot.seq,
-                                                         digest: snapshot.digest, maxFrameBytes: configuration.maxFrameBytes,
-                                                         stateByteCount: snapshot.stateBytes.count)
+                let (prefix, suffix) = try Welcome.frame(hub: hubID, history: sequencer.history, replica: replica, seq: state.seq,
+                                                         digest: state.digest, maxFrameBytes: configuration.maxFrameBytes,
+                                                         stateByteCount: state.bytes.count)
                 connection.output.queue(prefix, after: position)
-                connection.output.queue(shared: snapshot.stateBytes, after: position, counted: false)
+                connection.output.queue(shared: state.bytes, after: position, counted: false)
                 connection.output.queue(suffix, after: position)
                 connection.output.mustBeRead(by: now + configuration.welcomeTimeout)
             } catch {
                 // A frame's length is 32 bits: a state this large cannot be sent in one welcome.
-                tearDown(connection, .failed(WireError(.frameTooLarge, "the state is \(snapshot.stateBytes.count) bytes, more than one frame can carry (4 GiB); it cannot be sent to a new replica")))
+                tearDown(connection, .failed(WireError(.frameTooLarge, "the state is \(state.bytes.count) bytes, more than one frame can carry (4 GiB); it cannot be sent to a new replica")))
                 return
             }
         }
@@ -141,8 +141,8 @@ extension HubCore {
         }
     }
 
-    /// The `status` answer for a snapshot.
-    private func statusMessage(_ snapshot: Sequencer.Snapshot) -> HubStatus {
+    /// The `status` answer for an encoded state.
+    private func statusMessage(_ state: EncodedState) -> HubStatus {
         let replicas = streaming.compactMap { peer -> ReplicaInfo? in
             guard let attachment = peer.phase.attachment else { return nil }
             return ReplicaInfo(replica: attachment.replica, name: attachment.name, queuedBytes: peer.output.pending(end: backlog.end),
@@ -158,7 +158,7 @@ extension HubCore {
         ]
         if let reason = sequencer.unavailableReason { members["unavailable"] = .string(reason) }
         var status = HubStatus(protocolVersion: syncProtocolVersion, app: facts.appName, fingerprint: facts.fingerprint,
-                               hub: hubID, seq: snapshot.seq, digest: snapshot.digest, replicas: replicas,
+                               hub: hubID, seq: state.seq, digest: state.digest, replicas: replicas,
                                maxFrameBytes: configuration.maxFrameBytes, history: sequencer.history,
                                storage: .object(members))
         if case .object(var shared)? = storage.shared {

@@ -391,7 +391,7 @@ struct HubCore {
             stopReading(connection, then: WireError(.superseded, "a newer connection (accepted after this one) already attached with this session (\(ControlCharacters.escaped(session))); this one is closed"))
             return
         }
-        guard let replica = sequencer.takeReplicaID() else {
+        guard let replica = sequencer.takeReplicaID(now: now) else {
             stopReading(connection, then: WireError(.unavailable, "this hub cannot reserve a replica id now (its log is unreachable); try again shortly"))
             return
         }

@@ -54,11 +54,11 @@ struct RequestPipeline {
         case synced(DispatchID?, UInt64)
         /// A `history` reply, built from the backlog when it is released.
         case history(from: UInt64, to: UInt64?, id: DispatchID?)
-        case status(Sequencer.Snapshot)
+        case status(EncodedState)
         /// A resumed welcome at this seq.
         case resumed(replica: Int, seq: UInt64)
-        /// A full welcome with this snapshot.
-        case full(replica: Int, snapshot: Sequencer.Snapshot)
+        /// A full welcome with this state.
+        case full(replica: Int, state: EncodedState)
         /// Close the connection (after an `error`, when there is one).
         case end(WireError?)
 

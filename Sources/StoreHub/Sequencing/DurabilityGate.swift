@@ -10,7 +10,8 @@
 struct DurabilityGate {
     /// Why dispatches are refused, while they are.
     private(set) var reason: String?
-    private var lastProbe = ContinuousClock.now
+    /// When the log was last asked (set when the gate closes).
+    private var lastProbe: ContinuousClock.Instant?
     /// How often a closed gate asks the log: about once a second for a disk (a test write);
     /// every pass for a shared log, whose answer is a flag its worker keeps.
     let probeInterval: Duration
@@ -25,9 +26,11 @@ struct DurabilityGate {
 
     /// Closes the gate.
     ///
-    /// - Parameter reason: What the refusals say (what happened, and that nothing was applied).
-    mutating func close(_ reason: String) {
-        if self.reason == nil { lastProbe = .now }
+    /// - Parameters:
+    ///   - reason: What the refusals say (what happened, and that nothing was applied).
+    ///   - now: The time (the first probe is due one interval later).
+    mutating func close(_ reason: String, now: ContinuousClock.Instant) {
+        if self.reason == nil { lastProbe = now }
         self.reason = reason
     }
 
@@ -38,7 +41,7 @@ struct DurabilityGate {
     ///   - probe: Asks the log.
     /// - Returns: Whether the gate opened.
     mutating func probeIfDue(now: ContinuousClock.Instant, _ probe: () -> Bool) -> Bool {
-        guard reason != nil, now - lastProbe >= probeInterval else { return false }
+        guard reason != nil, lastProbe.map({ now - $0 >= probeInterval }) ?? true else { return false }
         lastProbe = now
         guard probe() else { return false }
         reason = nil

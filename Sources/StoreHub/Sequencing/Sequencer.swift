@@ -201,7 +201,7 @@ final class Sequencer {
         }
         let stamp = ActionStamp(time: time, originName: originName)
         let (outcome, record) = proposer.propose(action, id: id, origin: origin, session: session, stamp: stamp,
-                                                 snapshotDigest: { speculativeSnapshot().digest })
+                                                 snapshotDigest: { speculativeState().digest })
         if let record {
             log.propose([record], expectingLast: expecting, epoch: proposer.epoch)
             hasUnflushedProposals = true
@@ -272,7 +272,7 @@ final class Sequencer {
                     logger.notice("\(error.message); refusing dispatches with unavailable until writing works again")
                     result.becameUnavailable = reason
                 }
-                gate.close(reason)
+                gate.close(reason, now: now)
                 void(from: from, into: &result)
             case .inDoubt(_, let reason):
                 let refusal = "the hub cannot reach its log (\(reason)); nothing was applied — retry once it is back"
@@ -280,11 +280,11 @@ final class Sequencer {
                     logger.notice("\(reason); refusing dispatches with unavailable until the log is back")
                     result.becameUnavailable = refusal
                 }
-                gate.close(refusal)
+                gate.close(refusal, now: now)
             case .broken(let error):
                 result.broken = error
             case .replicaIDs(let answer):
-                received(replicaIDs: answer)
+                received(replicaIDs: answer, now: now)
             case .position(let position):
                 logPosition = position
             }
@@ -344,30 +344,31 @@ final class Sequencer {
     /// with a shared log, across hubs): ids are reserved durably in blocks before they are
     /// handed out, the next block asked for while half of the current one is left.
     ///
+    /// - Parameter now: The time (a failed reservation is asked again at most once a second).
     /// - Returns: The id, or `nil` when none is reserved (the log cannot be reached): the hub
     ///   then refuses the `hello` with `unavailable` rather than risk an id another replica has.
-    func takeReplicaID() -> Int? {
+    func takeReplicaID(now: ContinuousClock.Instant) -> Int? {
         if nextReplica >= replicaLeaseEnd, let spare = spareReplicaIDs {
             nextReplica = max(nextReplica, spare.lowerBound)
             replicaLeaseEnd = spare.upperBound
             spareReplicaIDs = nil
         }
-        defer { requestReplicaIDsIfLow() }
+        defer { requestReplicaIDsIfLow(now: now) }
         guard nextReplica < replicaLeaseEnd else { return nil }
         defer { nextReplica += 1 }
         return nextReplica
     }
 
     /// Asks the log for the next block once less than half of the current one is left.
-    private func requestReplicaIDsIfLow() {
+    private func requestReplicaIDsIfLow(now: ContinuousClock.Instant) {
         guard spareReplicaIDs == nil, !replicaIDsRequested, replicaLeaseEnd - nextReplica < Self.replicaBlock / 2 else { return }
-        if let failed = replicaIDsFailedAt, ContinuousClock.now - failed < .seconds(1) { return }
+        if let failed = replicaIDsFailedAt, now - failed < .seconds(1) { return }
         replicaIDsRequested = true
         log.requestReplicaIDs(from: max(nextReplica, replicaLeaseEnd), count: Self.replicaBlock)
     }
 
     /// Takes the log's answer to a reservation.
-    private func received(replicaIDs result: Result<Range<Int>, StorageError>) {
+    private func received(replicaIDs result: Result<Range<Int>, StorageError>, now: ContinuousClock.Instant) {
         replicaIDsRequested = false
         switch result {
         case .success(let block):
@@ -377,7 +378,7 @@ final class Sequencer {
             if replicaIDsFailedAt == nil {
                 logger.notice("cannot reserve replica ids (\(error.message)); new replicas are refused with unavailable once the ids held run out")
             }
-            replicaIDsFailedAt = .now
+            replicaIDsFailedAt = now
         }
     }
 
@@ -388,47 +389,39 @@ final class Sequencer {
         seq <= applier.seq && (backlog.covers(after: seq) || seq >= backlog.lastSeq)
     }
 
-    /// The state's canonical bytes and digest at one seq, shared by every `welcome` and
-    /// `status` at that seq (a reference-counted buffer, never copied per connection).
-    struct Snapshot {
-        let seq: UInt64
-        let stateBytes: SharedBytes
-        let digest: String
-    }
+    // MARK: - The encoded state
 
-    @exclusivity(unchecked) private var snapshotCache: (snapshot: Snapshot, epoch: Int)?
+    @exclusivity(unchecked) private var speculativeCache: (state: EncodedState, epoch: Int)?
 
     /// The state as of ``proposedSeq``: the applied state plus every proposal in flight,
     /// serialised at most once per seq.
-    func speculativeSnapshot() -> Snapshot {
-        if let cached = snapshotCache, cached.snapshot.seq == proposer.seq, cached.epoch == proposer.epoch {
-            return cached.snapshot
+    func speculativeState() -> EncodedState {
+        if let cached = speculativeCache, cached.state.seq == proposer.seq, cached.epoch == proposer.epoch {
+            return cached.state
         }
-        let bytes = engine.snapshot(.speculative).canonicalBytes
-        let snapshot = Snapshot(seq: proposer.seq, stateBytes: SharedBytes(bytes), digest: Digest.hex(Digest.fnv1a64(bytes)))
-        snapshotCache = (snapshot, proposer.epoch)
-        return snapshot
+        let state = EncodedState(seq: proposer.seq, bytes: engine.snapshot(.speculative).canonicalBytes)
+        speculativeCache = (state, proposer.epoch)
+        return state
     }
 
-    @exclusivity(unchecked) private var appliedCache: Snapshot?
+    @exclusivity(unchecked) private var appliedCache: EncodedState?
 
     /// The state as of ``appliedSeq`` (without the proposals in flight), serialised at most
     /// once per seq: what `status` and `welcome` answer while the log cannot take anything.
-    func appliedSnapshot() -> Snapshot {
-        if proposer.inFlightCount == 0 { return speculativeSnapshot() }
+    func appliedState() -> EncodedState {
+        if proposer.inFlightCount == 0 { return speculativeState() }
         if let cached = appliedCache, cached.seq == applier.seq { return cached }
         applier.materializeRoot()
-        let bytes = engine.snapshot(.root).canonicalBytes
-        let snapshot = Snapshot(seq: applier.seq, stateBytes: SharedBytes(bytes), digest: Digest.hex(Digest.fnv1a64(bytes)))
-        appliedCache = snapshot
-        return snapshot
+        let state = EncodedState(seq: applier.seq, bytes: engine.snapshot(.root).canonicalBytes)
+        appliedCache = state
+        return state
     }
 
     /// Writes a snapshot of the applied state (every `snapshotEvery` actions and at a clean stop).
     private func writeSnapshot() {
         guard proposer.inFlightCount == 0, applier.seq > lastSnapshotSeq || applier.seq == 0 else { return }
         applier.adoptSpeculative()
-        let current = speculativeSnapshot()
+        let current = speculativeState()
         let state = engine.snapshot(.root)
         // A snapshot the app cannot read back would keep the hub from starting; the log
         // still holds every action, so skipping it loses nothing.

@@ -1,0 +1,265 @@
+import SyncCore
+import SyncPOSIX
+
+/// Everything `replica-cli`'s command line says, as a value: read by ``parse(_:)``, a pure
+/// function over one table of flags (``table(appNames:)``), from which the help's OPTIONS
+/// section and "did you mean" are made too.
+struct ReplicaOptions: Equatable {
+    /// What the command line asks for besides a command.
+    enum Request: Equatable {
+        /// Run the command.
+        case command
+        /// Print the help.
+        case help
+        /// Print the version.
+        case version
+    }
+
+    var request = Request.command
+    var socket: String?
+    var app: String?
+    var name: String?
+    var json = false
+    var pointer: String?
+    var noReconnect = false
+    /// watch: print each action's RFC 6902 patch to the state.
+    var diff = false
+    /// state: the seq to rebuild the state at (time travel).
+    var at: UInt64?
+    /// `--type GLOB` and `--origin N[,N…]` (watch and history).
+    var filter = ActionFilter()
+    /// `--hub-uid` (the command puts it in the environment, as every client of the process reads it).
+    var hubUID: String?
+    var command: String?
+    var arguments: [String] = []
+
+    /// The commands whose own flags (`--count`, `--from`, …) are left in ``arguments``.
+    static let commandsWithFlags: Set<String> = ["dispatch", "top", "history"]
+
+    /// Reads a command line: flags anywhere, the first other word as the command, the rest as
+    /// its arguments (`--` ends the flags).
+    ///
+    /// - Parameter arguments: The arguments, the executable first.
+    /// - Returns: The options.
+    /// - Throws: ``UsageError``: an unknown flag (with the closest one), or a missing or bad value.
+    static func parse(_ arguments: [String]) throws(UsageError) -> ReplicaOptions {
+        let program = executableName(arguments.first, otherwise: "replica-cli")
+        let table = table(appNames: "")
+        var options = ReplicaOptions()
+        var cursor = ArgumentCursor(arguments)
+        while let argument = cursor.next() {
+            if argument == "--" {
+                options.arguments += cursor.rest()
+                break
+            }
+            if let ends = try table.read(argument, from: &cursor, into: &options, program: program) {
+                if ends { break }
+                continue
+            }
+            if argument.hasPrefix("--"), !commandsWithFlags.contains(options.command ?? "") {
+                throw table.unknownFlag(argument, program: program, word: "option")
+            }
+            if options.command == nil { options.command = argument } else { options.arguments.append(argument) }
+        }
+        return options
+    }
+
+    /// The help: the commands, the OPTIONS section made from the table, the shorthand of each app.
+    ///
+    /// - Parameters:
+    ///   - program: The executable's name.
+    ///   - apps: The apps it knows.
+    /// - Returns: The text.
+        static func usage(program: String, apps: [any SyncApp]) -> String {
+        let shorthand = apps.map { "\(type(of: $0).name):\n\(type(of: $0).commandHelp)" }.joined(separator: "\n")
+        return """
+        \(program) — a StoreSync replica in a terminal: attach to a hub, dispatch, read state, watch.
+
+        USAGE: \(program) [OPTIONS] COMMAND [ARGUMENTS]
+
+        COMMANDS:
+          attach                 Interactive replica. Each line read from stdin is an action (JSON
+                                 or the app's shorthand, see below) or a command: :state, :digest,
+                                 :status, :history [N], :diff [SEQ], :help, :quit. Every sequenced
+                                 action is printed as "#SEQ from replica N: ACTION" ("(NAME)" when
+                                 its replica gave a name, "(you)" marks this replica's own).
+                                 :history [N] prints the last N actions seen here (default 20, at
+                                 most 1000) with when the hub sequenced them; :diff [SEQ] the JSON
+                                 Patch action SEQ (default: the newest) made to the state.
+                                 Ends at end of input or :quit (exit 0); rides through hub restarts
+                                 (see --no-reconnect, with which it ends when the hub goes, exit 1).
+                                 On a terminal (without --json) the line is edited in place after
+                                 a "> " prompt: Left/Right, Home/End, Ctrl-A/E/B/F, Backspace,
+                                 Delete, Ctrl-K/U/W, Up/Down for history (the last 1000 lines, kept
+                                 in $XDG_STATE_HOME/storesync/attach-history, else
+                                 ~/.local/state/storesync/attach-history), Tab to complete
+                                 :commands and shorthand words; Ctrl-D on an empty line ends it.
+                                 Each line is dispatched and acknowledged before the next is read,
+                                 so a later line (such as a thunk) sees the effect of earlier ones.
+                                 :digest first waits for everything sequenced so far, then prints
+                                 "seq N digest D", and compares with the hub's digest at seq N:
+                                 if they differ, a second line says so. While actions flow the
+                                 replica also compares digests with the hub about once a second
+                                 and re-hydrates if they differ ("diverged from the hub at seq N
+                                 (… both digests …); re-hydrating"). With --json each of these lines is one JSON
+                                 object: {"type":"attached","app":…,"digest":…,"fingerprint":…,
+                                 "hub":…,"replica":…,"seq":…} first, then each action as in watch,
+                                 {"type":"rejected","id":…,"error":{…}} for a refusal by the hub,
+                                 {"type":"error","error":{"code":…,…}} for a line that is not an
+                                 action or a barrier that failed while reconnecting,
+                                 {"type":"queued","message":…} for an action typed while the hub
+                                 cannot be reached (kept, sent once the link is back; do not
+                                 send it again; without --json "queued: …"), and
+                                 {"type":"digest","digest":…,"seq":…} for :digest, with
+                                 "hub_digest" when the hub was still at that seq,
+                                 {"type":"history","actions":[…]} for :history and
+                                 {"type":"diff","patch":[…],"seq":…} for :diff (:state, :status
+                                 and :help still print text).
+                                 SIGINT or SIGTERM ends it with exit 0.
+          dispatch ACTION…       Send each ACTION (one argument each: JSON or shorthand) in order,
+                                 print the seq the hub gave it, one per line, and exit 0. On a
+                                 refusal print "\(program): CODE: MESSAGE" to stderr and exit 1
+                                 without sending the rest.
+          state [--pointer P] [--at SEQ]
+                                 Print the current state as one line of JSON (the value at RFC 6901
+                                 pointer P with --pointer) and exit. With --json print
+                                 {"digest":…,"seq":…,"state":…}; the digest is always of the whole state.
+                                 With --at SEQ: the state as it was right after SEQ, rebuilt here
+                                 with the app's reducer from the hub's resume window (it must
+                                 still start at seq 1; otherwise exit 1 saying so: use
+                                 hubd --export DIR --at SEQ on the hub's data directory).
+          watch [--diff] [--type GLOB] [--origin N|NAME[,…]]
+                                 Print every sequenced action as one JSON line (NDJSON):
+                                 {"action":…,"id":…,"origin":…,"origin_name":…,"seq":…,"time":…},
+                                 until SIGINT or SIGTERM (exit 0); "origin_name" is the name the
+                                 dispatching replica gave (absent if none), "time" when the hub
+                                 sequenced it (RFC 3339, UTC). Rides through hub restarts, or with
+                                 --no-reconnect ends when the hub goes (exit 1). With --diff each
+                                 line also carries "patch": the RFC 6902 JSON Patch the action made
+                                 to the state (add/remove/replace, computed here by the app's
+                                 reducer). --type GLOB prints only actions whose "type" matches
+                                 (* and ?), --origin only those dispatched by these replica ids or
+                                 names.
+          status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
+                                 attached replicas). With --json print the hub's status message.
+          history --from A [--to B] [--diff] [--type GLOB] [--origin N|NAME[,…]]
+                                 Print the sequenced actions A…B (B: the hub's seq by default) as
+                                 NDJSON lines, as watch does, from the hub's resume window (at
+                                 least the last 10000 actions); older ones: exit 1 saying so (read
+                                 the data directory with hubd --export). Works with any app. With
+                                 --diff each line also carries "patch", the RFC 6902 JSON Patch the
+                                 action made, from the state before A rebuilt here with the app's
+                                 reducer (the app must be built in, and the window reach seq 1).
+                                 --type and --origin filter the lines as for watch.
+          top [--count N] [--interval SECONDS]
+                                 A live view of the hub, refreshed every SECONDS (default 1): seq,
+                                 actions/s, max lag, digest, storage, and per replica its id, name,
+                                 uid, pid, lag and queued bytes; redrawn in place on a terminal,
+                                 else one line per refresh ("seq N  actions/s R  replicas K  max
+                                 lag L  digest D"), or one JSON object with --json. Ends after N
+                                 refreshes, or on SIGINT/SIGTERM (exit 0). Works with any app.
+
+        ANY HUB: without --app, state, watch, dispatch and status also work with a hub whose app
+        this program was not built with, as raw canonical JSON (the app is taken from the hub):
+        state prints the hub's state, dispatch takes JSON actions only (the hub validates them),
+        watch prints each action and ends when the hub goes (exit 1). attach needs the app built in.
+
+        OPTIONS:
+        \(table(appNames: apps.map { type(of: $0).name }.joined(separator: ", ")).optionsHelp)
+
+        SHORTHAND (besides actions written as JSON objects, {"type":…}):
+        \(shorthand)
+
+        Exit status: 0 success; 1 no hub, refused action or lost connection (one line on stderr);
+        2 bad usage.
+        """
+    }
+
+    /// `replica-cli`'s flags, in the order the help lists them (those described under a
+    /// command last, with no entry of their own).
+    ///
+    /// - Parameter appNames: The apps, for `--app`'s help.
+    /// - Returns: The table.
+    static func table(appNames: String) -> FlagTable<ReplicaOptions> {
+        FlagTable(flags: [
+            .value("--socket", "--socket PATH[,PATH…]", help: [
+                "The hub's socket. Default: $STORESYNC_SOCKET, else the app's socket,",
+                "$XDG_RUNTIME_DIR/storesync/APP.sock, else ${TMPDIR:-/tmp}/storesync-UID/APP.sock",
+                "(APP from --app). Without --app: the one hub socket in that",
+                "directory; when several hubs listen there, name one with --app or --socket.",
+                "Several paths (hubs on one shared log, hubd --log nats://…) are",
+                "tried in order; after a drop, attach and watch move to the next",
+                "one that answers and resume there (same history, same seqs).",
+            ]) { options, text throws(UsageError) in
+                options.socket = text
+            },
+            .value("--app", "--app NAME", help: [
+                "The app to run (\(appNames)). Default: the hub's app,",
+                "taken from its status.",
+            ]) { options, text throws(UsageError) in
+                options.app = text
+            },
+            .value("--name", "--name NAME", help: [
+                "This replica's name in the hub's status and logs.",
+            ]) { options, text throws(UsageError) in
+                options.name = text
+            },
+            .switch("--json", help: [
+                "Machine-readable output for attach, state and status.",
+            ]) { options in options.json = true },
+            .switch("--no-reconnect", help: [
+                "attach and watch: end (exit 1) when the link to the hub drops,",
+                "instead of reconnecting. By default they ride through a hub",
+                "restart: one line when the link drops (\"link to the hub dropped:",
+                "REASON; reconnecting\"), one when it is back (\"link back: resumed at",
+                "seq N\", nothing missed, or \"link back: re-hydrated at seq N\", the",
+                "state replaced by the hub's); watch prints every seq exactly once.",
+                "watch writes these lines to stderr; attach to stdout (with --json",
+                "as {\"type\":\"link\",\"state\":\"dropped\"|\"resumed\"|\"rehydrated\"|",
+                "\"diverged\",…}; resumed and rehydrated carry \"replica\", the id",
+                "this replica now has). dispatch always retries a dropped link (up to 10",
+                "attempts) on its session: an action is applied once, never twice.",
+            ]) { options in options.noReconnect = true },
+            .value("--pointer", "--pointer P", help: [
+                "With state: print only the value at JSON Pointer P.",
+            ]) { options, text throws(UsageError) in
+                options.pointer = text
+            },
+            .value("--hub-uid", "--hub-uid UID", help: [
+                "Trust a hub run by this user (name or number) besides yourself and",
+                "root (the same as $STORESYNC_HUB_UID). Before connecting, the socket's",
+                "directory must belong to one of them and be writable by no one else;",
+                "after, the process serving the socket must run as one of them.",
+                "Anything else is refused before a byte is sent.",
+            ]) { options, text throws(UsageError) in
+                options.hubUID = text
+            },
+            .switch("--version", ends: true, help: [
+                "Print the StoreSync version and exit.",
+            ]) { options in options.request = .version },
+            .switch("-h", "--help", ends: true, help: [
+                "Print this help and exit.",
+            ]) { options in options.request = .help },
+            .switch("--diff", help: []) { options in options.diff = true },
+            .value("--type", help: []) { options, text throws(UsageError) in
+                options.filter.typeGlob = text
+            },
+            .value("--origin", help: []) { options, text throws(UsageError) in
+                // Replica ids and names: a word of digits is an id, anything else a name.
+                let words = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+                guard !words.isEmpty, words.allSatisfy({ !$0.isEmpty }) else {
+                    throw UsageError("--origin needs replica ids or names, e.g. --origin 3, --origin 3,7 or --origin alice, got \"\(ControlCharacters.escaped(text))\"")
+                }
+                func isID(_ word: String) -> Bool { word.allSatisfy(\.isASCII) && Int(word).map { $0 >= 0 } == true }
+                let ids = words.filter(isID).compactMap { Int($0) }
+                let names = words.filter { !isID($0) }
+                options.filter.origins = ids.isEmpty ? nil : Set(ids)
+                options.filter.originNames = names.isEmpty ? nil : Set(names.map { JSONKey($0) })
+            },
+            .value("--at", help: []) { options, text throws(UsageError) in
+                guard let seq = UInt64(text) else { throw UsageError("--at needs a seq (a whole number)") }
+                options.at = seq
+            },
+        ])
+    }
+}
