@@ -313,10 +313,13 @@ public struct StorageError: Error, Sendable, Equatable, CustomStringConvertible 
 }
 
 /// The hub without a data directory: nothing survives the process. Every proposal is
-/// appended at the next flush. On the hub's event-loop thread only (stored properties are
-/// `@exclusivity(unchecked)`: see `HubLoop`'s note on exclusivity).
+/// appended at the next flush. On the hub's event-loop thread only (its stored properties,
+/// touched by every proposal, are `@exclusivity(unchecked)`, each with its line of proof: see
+/// `HubLoop`'s note on exclusivity).
 package final class MemoryLog: HubLog {
+    // Unchecked: written by every proposal; only assigned.
     @exclusivity(unchecked) private var proposedThrough: UInt64?
+    // Unchecked: appended by every proposal, taken every pass (`Array` methods only).
     @exclusivity(unchecked) private var events: [LogEvent] = []
     private let history: String
 

@@ -78,11 +78,13 @@ struct ConnectionInput {
 /// who is at the other end, its ``ConnectionPhase``, its input and what it is owed
 /// (``output``). Only the loop thread touches it.
 ///
-/// Stored properties are `@exclusivity(unchecked)`: see ``HubLoop``'s note on exclusivity.
+/// Its hot stored properties are `@exclusivity(unchecked)`, each with its line of proof: see
+/// ``HubLoop``'s note on exclusivity.
 final class Connection {
     /// Its descriptor: the reactor's handle on it, unique while it is open.
     let fd: Int32
     /// Where it stands.
+    // Unchecked: read by every dispatch (the origin's name); its `didSet` sets only this connection's derived flags.
     @exclusivity(unchecked) var phase: ConnectionPhase = .greeting {
         didSet {
             isClosing = phase.isClosing
@@ -96,14 +98,17 @@ final class Connection {
     }
     /// Whether its frames are handled now (greeting or attached), derived when the phase is
     /// set (read per frame).
+    // Unchecked: read for every frame; set only by `phase`'s `didSet`.
     @exclusivity(unchecked) private(set) var takesFrames = true
     /// Whether its welcome waits for the hub to catch up (derived as ``takesFrames`` is).
-    @exclusivity(unchecked) private(set) var isAwaitingCatchUp = false
+    private(set) var isAwaitingCatchUp = false
     /// `phase.isClosing`, derived when the phase is set: the per-frame and per-pass paths
     /// read it without copying the phase (an enum holding strings).
+    // Unchecked: read for every event and answer; set only by `phase`'s `didSet`.
     @exclusivity(unchecked) private(set) var isClosing = false
     /// The replica id while attached and not torn down (derived as ``isClosing`` is; read
     /// per dispatch).
+    // Unchecked: read for every frame and dispatch; set only by `phase`'s `didSet`.
     @exclusivity(unchecked) private(set) var attachedReplica: Int?
     /// Who connected (`SO_PEERCRED` / `getpeereid`).
     let peer: PeerCredentials
@@ -112,15 +117,19 @@ final class Connection {
     /// the newer and keeps the session, whichever says `hello` last.
     let acceptOrder: UInt64
     /// What it sent that is not handled yet.
+    // Unchecked: every frame is decoded where it lies in it (`decodeNext`'s closure runs `HubProtocol`, pure, which never reaches a connection).
     @exclusivity(unchecked) var input: ConnectionInput
     /// Its requests in the hub's pipeline, not yet answered (an answer that could go at once
     /// waits behind them, so the connection's answers keep their order).
+    // Unchecked: counted for every request; only assigned.
     @exclusivity(unchecked) var held = 0
     /// What is owed to it.
+    // Unchecked: every answer is queued and every write consumed through mutating `ConnectionOutput` methods, which call no code that reaches a connection.
     @exclusivity(unchecked) var output = ConnectionOutput()
     /// The core's last write pass that visited it (each visits a connection once).
-    @exclusivity(unchecked) var writePass: UInt64 = 0
+    var writePass: UInt64 = 0
     /// Its session's entry in the session table, once attached with a session.
+    // Unchecked: read by every dispatch; only assigned.
     @exclusivity(unchecked) var session: SessionEntry?
 
     /// Creates the connection the hub just accepted.

@@ -23,22 +23,27 @@ import Synchronization
 /// `serve` claims the loop and the sequencer for its thread (``ThreadOwner``), and their
 /// entry points stop a call from any other.
 ///
-/// **Exclusivity.** `core` and the stored `var`s of the per-action classes under it
-/// (``Connection``, ``Sequencer``, ``Proposer``, ``Applier``, ``Backlog``, `MemoryLog`,
-/// `HubEngine.States`) are `@exclusivity(unchecked)`: the runtime's dynamic check of each
-/// class-property access (a thread-local access set, entered and left about 27 times per
-/// action) cost 15 % of the hub's instructions. It is safe to drop because (1) only the
-/// loop thread touches these objects (above), so no two threads can overlap; (2) these
-/// properties are private or loop-internal, and no code here keeps an `inout` access to one
-/// of them open across a call that could reach the same property: the core is a value
-/// mutated only through `handle`, which calls back into nothing outside it, and the
-/// ``RequestPipeline`` hands its entries out instead of calling back while it is mutated
-/// (the reducer, the only user code, gets the state inout and holds no reference to the
-/// hub). Static checks still apply to everything else; a new property on these classes must
-/// meet (2) to carry the attribute.
+/// **Exclusivity.** The stored `var`s that the hub touches for every action or frame, in the
+/// per-action classes under the core (``Connection``, ``SessionEntry``, ``Sequencer``,
+/// ``Proposer``, ``Applier``, ``Backlog``, `MemoryLog`, `HubEngine.States`), are
+/// `@exclusivity(unchecked)`: the runtime's dynamic check of each class-property access (a
+/// thread-local access set, entered and left about 30 times per action) cost 15 % of the
+/// hub's instructions. Which fields are hot was measured, not guessed: with every attribute
+/// removed, a uprobe on `swift_beginAccess` during `sync-bench --only hub.throughput` counted
+/// the calls per call site (docs/PERFORMANCE.md); fields reached once per pass or less
+/// (`core` here, the sequencer's replica-id lease and caches, the connection's write pass)
+/// keep the check. Dropping it is safe because (1) only the loop thread touches these
+/// objects (above), so no two threads can overlap; (2) no code keeps an `inout` access to one
+/// of them open across a call that could reach the same property: each carries its own line
+/// of proof (`// Unchecked: …`) saying why. The core is a value mutated only through
+/// `handle`, which calls back into nothing outside it, and the ``RequestPipeline`` hands its
+/// entries out instead of calling back while it is mutated; the reducer, the only user code,
+/// gets the state inout and holds no reference to the hub. Static checks still apply to
+/// everything else; a new property must be measured hot and meet (2), with its line, to carry
+/// the attribute.
 final class HubLoop {
     /// The decisions.
-    @exclusivity(unchecked) private var core: HubCore
+    private var core: HubCore
     /// Whether shutdown removed the socket file (it does not when the path now names another file).
     private(set) var socketRemoved = false
     private let readBuffer: UnsafeMutableRawBufferPointer

@@ -10,22 +10,28 @@ import SyncCore
 /// Snapshots are taken of the state kept here; the ``Sequencer`` writes them, every
 /// `snapshotEvery` actions.
 ///
-/// On the event-loop thread only. Stored properties are `@exclusivity(unchecked)`: see
-/// ``HubLoop``'s note on exclusivity.
+/// On the event-loop thread only. Its hot stored properties are `@exclusivity(unchecked)`,
+/// each with its line of proof: see ``HubLoop``'s note on exclusivity.
 final class Applier {
     let engine: HubEngine
     /// The seq of the last applied record (0 before the first).
+    // Unchecked: advanced by every applied record; only assigned, never passed inout.
     @exclusivity(unchecked) private(set) var seq: UInt64 = 0
     /// The applied frames, read by every attached replica at its own position.
     let backlog: Backlog
     /// Sequenced dispatch ids per client session (exactly-once dispatch).
+    // Unchecked: every dispatch looks its session up and every applied record is remembered, through mutating `SessionTable` methods that call no user code and hold no reference to the applier.
     @exclusivity(unchecked) private(set) var sessions: SessionTable
     /// Own records appended whose actions are in the speculative state but not yet in the
     /// root state (applied there lazily, or adopted with the speculative state).
+    // Unchecked: appended by every applied record on a log that may refuse; mutated only by `Array` methods.
     @exclusivity(unchecked) private var pendingRoot: [LogRecord] = []
     /// Frames appended since the last ``releaseFrames()``, back to back, and where each starts.
+    // Unchecked: every applied record's frame is copied in (`Array` methods only); handed to the backlog by value.
     @exclusivity(unchecked) private var frames: [UInt8] = []
+    // Unchecked: appended by every applied record (`Array` methods only).
     @exclusivity(unchecked) private var frameStarts: [Int] = []
+    // Unchecked: written by the first record of each pass, read per record; only assigned.
     @exclusivity(unchecked) private var framesFirst: UInt64 = 1
     private let logger: HubLogger
     /// Whether the engine keeps the root state apart from the speculative one.

@@ -22,14 +22,15 @@ import Darwin
 /// and it comes back by resuming or re-attaching.
 ///
 /// Owned by the ``Sequencer`` (which appends) and read by the ``HubCore`` (whose reactor writes),
-/// both on the event-loop thread. Stored properties are `@exclusivity(unchecked)`: see
-/// ``HubLoop``'s note on exclusivity.
+/// both on the event-loop thread. Its hot stored properties are `@exclusivity(unchecked)`,
+/// each with its line of proof: see ``HubLoop``'s note on exclusivity.
 final class Backlog {
     /// One block of frames: its memory never moves, so a gathered write can point into it.
     private final class Block {
         /// The absolute position of the first byte.
         let start: UInt64
         let memory: UnsafeMutableRawBufferPointer
+        // Unchecked: grows with every frame appended to the block; only assigned.
         @exclusivity(unchecked) var count = 0
 
         init(start: UInt64, capacity: Int) {
@@ -44,13 +45,18 @@ final class Backlog {
     }
 
     /// The blocks in memory, oldest first; contiguous in positions.
+    // Unchecked: read by every append, gather and lookup; mutated only by `Array` methods.
     @exclusivity(unchecked) private var blocks: [Block] = []
     /// The absolute position just past the newest byte.
+    // Unchecked: read for every answer (its gate) and grown by every append; only assigned.
     @exclusivity(unchecked) private(set) var end: UInt64 = 0
     /// `offsets[i]` is the absolute position where the frame of seq `firstSeq + i - head` starts.
+    // Unchecked: one entry per frame, read by every lookup; mutated only by `Array` methods.
     @exclusivity(unchecked) private var offsets: [UInt64] = []
     /// The seq of `offsets[head]`, the oldest frame in the window.
+    // Unchecked: read by every lookup (`lastSeq`, `position`); only assigned.
     @exclusivity(unchecked) private var firstSeq: UInt64 = 1
+    // Unchecked: read by every lookup (`count`); only assigned.
     @exclusivity(unchecked) private var head = 0
     /// The least number of frames held, whatever their size.
     let minimumActions: Int

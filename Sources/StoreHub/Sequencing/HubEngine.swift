@@ -70,10 +70,14 @@ struct HubEngine: Sendable {
     final class States<State>: @unchecked Sendable {
         // @unchecked: the hub touches these only from its event-loop thread (and from `Hub.init`
         // before that thread starts); the box exists so the engine's closures can share them.
-        // Exclusivity unchecked: see `HubLoop`'s note; the reducer gets `speculative` or `root`
-        // inout and cannot reach this box (the engine's closures hold it, the app does not).
+        // Exclusivity unchecked (each field below): see `HubLoop`'s note; the reducer gets
+        // `speculative` or `root` inout and cannot reach this box (the engine's closures hold
+        // it, the app does not).
+        // Unchecked: applied to by every record; the reducer gets it inout and holds no reference to the engine, the only code that reaches it.
         @exclusivity(unchecked) @usableFromInline var root: State?
+        // Unchecked: reduced by every proposal; the reducer gets it inout and holds no reference to the engine, the only code that reaches it.
         @exclusivity(unchecked) @usableFromInline var speculative: State
+        // Unchecked: read by every proposal and record; only assigned.
         @exclusivity(unchecked) @usableFromInline var keepsRoot = true
         @usableFromInline init(_ state: State) {
             speculative = state

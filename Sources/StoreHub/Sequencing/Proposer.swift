@@ -10,8 +10,8 @@ import SyncCore
 /// applier copies from. Nothing here touches the applied (root) state or advances the
 /// applied seq.
 ///
-/// On the event-loop thread only. Stored properties are `@exclusivity(unchecked)`: see
-/// ``HubLoop``'s note on exclusivity.
+/// On the event-loop thread only. Its hot stored properties are `@exclusivity(unchecked)`,
+/// each with its line of proof: see ``HubLoop``'s note on exclusivity.
 final class Proposer {
     /// A proposal the log has not yet appended.
     struct InFlight {
@@ -35,15 +35,20 @@ final class Proposer {
 
     let engine: HubEngine
     /// The seq of the last proposal (the applied seq when nothing is in flight).
+    // Unchecked: read and advanced by every proposal; only assigned, never passed inout.
     @exclusivity(unchecked) private(set) var seq: UInt64 = 0
     /// Proposals not yet appended, oldest first (from `head`).
+    // Unchecked: appended by every proposal and taken by every append; mutated in place only by `Array` methods, which call no code of ours.
     @exclusivity(unchecked) private var inFlight: [InFlight] = []
+    // Unchecked: advanced by every append; only assigned, never passed inout.
     @exclusivity(unchecked) private var head = 0
     /// The frames of the proposals in flight, back to back (reset when none is in flight).
+    // Unchecked: every proposal's envelope is written into it inout by `Frame.appendActionEnvelope`, a SyncProtocol function that holds no reference to the proposer.
     @exclusivity(unchecked) private(set) var frames: [UInt8] = []
     /// How a proposal gets a checkpoint digest.
     private let checkpointEvery: UInt64
     /// Bumped whenever the speculative state is reset (so cached serialisations of it are stale).
+    // Unchecked: read by every proposal (`log.propose`); only assigned, never passed inout.
     @exclusivity(unchecked) private(set) var epoch = 0
 
     init(engine: HubEngine, checkpointEvery: UInt64) {
@@ -63,6 +68,7 @@ final class Proposer {
 
     /// Set when a checkpoint is due by time (``Sequencer`` sets it once per
     /// `--checkpoint-interval` while actions flow): the next proposal carries one.
+    // Unchecked: read by every proposal; only assigned, never passed inout.
     @exclusivity(unchecked) var checkpointDue = false
 
     /// Starts over from the applied state at `applied` (start-up, or after proposals were voided).

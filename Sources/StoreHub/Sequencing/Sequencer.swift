@@ -18,8 +18,8 @@ import SyncPOSIX
 /// speculative state is reset once nothing else is in flight, and the loop judges the
 /// voided dispatches again.
 ///
-/// On the event-loop thread only. Stored properties are `@exclusivity(unchecked)`: see
-/// ``HubLoop``'s note on exclusivity.
+/// On the event-loop thread only. Its hot stored properties are `@exclusivity(unchecked)`,
+/// each with its line of proof: see ``HubLoop``'s note on exclusivity.
 final class Sequencer {
     let engine: HubEngine
     let log: any HubLog
@@ -30,16 +30,19 @@ final class Sequencer {
     /// The loop thread, once the loop claims this sequencer (``HubLoop/serve``): debug builds
     /// check it at `dispatch` and `pump`, the two entry points.
     var owner = ThreadOwner()
+    // Unchecked: read for every request (`unavailableReason`, `dispatch`); its one call holding it inout, `probeIfDue`, runs `log.probe()`, and no log refers back to the sequencer.
     @exclusivity(unchecked) private var gate = DurabilityGate()
     /// After proposals were voided: no new judging until every proposal still in flight is
     /// appended and the speculative state is reset.
+    // Unchecked: read for every request (`isJudging`); only assigned, never passed inout.
     @exclusivity(unchecked) private var settling = false
     /// After a conflict: no new judging until the applied seq reaches this (the log's end).
+    // Unchecked: read for every request (`isJudging`); only assigned, never passed inout.
     @exclusivity(unchecked) private var catchUpTo: UInt64 = 0
     /// On a shared log: where the last record applied ends in the stream (kept with snapshots).
-    @exclusivity(unchecked) private var logPosition: LogPosition?
-    @exclusivity(unchecked) private var events: [LogEvent] = []
-    @exclusivity(unchecked) private var lastExpiry = ContinuousClock.now
+    private var logPosition: LogPosition?
+    private var events: [LogEvent] = []
+    private var lastExpiry = ContinuousClock.now
     /// At most one checkpoint per this much time while actions flow (`nil`: by seq only).
     private let checkpointInterval: Duration?
     /// Twice ``checkpointInterval``: a quiet spell this long starts a new flow. Computed once
@@ -50,19 +53,23 @@ final class Sequencer {
     private let wallClock: @Sendable () -> Int64
     /// The wall clock read once per pass (dispatches judged in one pass share it: a pass
     /// takes well under a millisecond, and the clock is read once, not per action).
+    // Unchecked: read by every `dispatch`; only assigned, never passed inout.
     @exclusivity(unchecked) private var passWallTime: Int64?
     /// Proposals handed to the log since its last group commit (``pump(now:)`` commits them):
     /// while any are, the event loop must run another pass at once, not sleep, or they would
     /// wait for the next client or log event (a pass judges again at most a few rounds).
+    // Unchecked: set by every `dispatch`, read every pass; only assigned, never passed inout.
     @exclusivity(unchecked) private(set) var hasUnflushedProposals = false
     /// When the last time-due checkpoint was asked for, or the current flow of actions began.
+    // Unchecked: read by every `dispatch` under --checkpoint-interval; only assigned, never passed inout.
     @exclusivity(unchecked) private var lastCheckpointAt = ContinuousClock.now
     /// When the last dispatch was judged (a gap of an interval ends a flow).
+    // Unchecked: written by every `dispatch` under --checkpoint-interval; only assigned, never passed inout.
     @exclusivity(unchecked) private var lastDispatchAt = ContinuousClock.now - .seconds(86_400)
     private let snapshotEvery: UInt64
-    @exclusivity(unchecked) private var lastSnapshotSeq: UInt64 = 0
-    @exclusivity(unchecked) private var nextReplica = 1
-    @exclusivity(unchecked) private var replicaLeaseEnd = 0
+    private var lastSnapshotSeq: UInt64 = 0
+    private var nextReplica = 1
+    private var replicaLeaseEnd = 0
     private let logger: HubLogger
 
     /// What one pump found that the event loop must act on.
@@ -121,7 +128,7 @@ final class Sequencer {
     }
 
     /// What the log held at start (for the start-up line); released after it is read.
-    @exclusivity(unchecked) private(set) var recoveredFrom: LogStart?
+    private(set) var recoveredFrom: LogStart?
 
     /// Forgets what the log held at start.
     func dropRecovery() { recoveredFrom = nil }
@@ -334,11 +341,11 @@ final class Sequencer {
     static let replicaBlock = 1_024
 
     /// The next block of replica ids, reserved ahead (so a hello never waits for the log).
-    @exclusivity(unchecked) private var spareReplicaIDs: Range<Int>?
+    private var spareReplicaIDs: Range<Int>?
     /// A reservation was asked for and not answered yet.
-    @exclusivity(unchecked) private var replicaIDsRequested = false
+    private var replicaIDsRequested = false
     /// When the last reservation failed (asked again at most once a second).
-    @exclusivity(unchecked) private var replicaIDsFailedAt: ContinuousClock.Instant?
+    private var replicaIDsFailedAt: ContinuousClock.Instant?
 
     /// A new replica id, unique within the history, also across restarts and crashes (and,
     /// with a shared log, across hubs): ids are reserved durably in blocks before they are
@@ -391,7 +398,7 @@ final class Sequencer {
 
     // MARK: - The encoded state
 
-    @exclusivity(unchecked) private var speculativeCache: (state: EncodedState, epoch: Int)?
+    private var speculativeCache: (state: EncodedState, epoch: Int)?
 
     /// The state as of ``proposedSeq``: the applied state plus every proposal in flight,
     /// serialised at most once per seq.
@@ -404,7 +411,7 @@ final class Sequencer {
         return state
     }
 
-    @exclusivity(unchecked) private var appliedCache: EncodedState?
+    private var appliedCache: EncodedState?
 
     /// The state as of ``appliedSeq`` (without the proposals in flight), serialised at most
     /// once per seq: what `status` and `welcome` answer while the log cannot take anything.

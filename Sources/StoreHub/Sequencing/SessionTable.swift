@@ -2,20 +2,29 @@ import SyncCore
 
 /// One client session's remembered dispatch ids: a reference the table and the connections
 /// that use the session share, so a dispatch finds its session without hashing its name.
+///
+/// On the event-loop thread only. Its hot stored properties are `@exclusivity(unchecked)`,
+/// each with its line of proof: see ``HubLoop``'s note on exclusivity.
 final class SessionEntry {
     /// The session's name.
     let name: String
     /// Each remembered id's seq.
-    fileprivate(set) var seqs: [DispatchID: UInt64] = [:]
+    // Unchecked: read by every dispatch, written by every applied record; mutated only by `Dictionary` methods (hashing a `DispatchID` reaches no session).
+    @exclusivity(unchecked) fileprivate(set) var seqs: [DispatchID: UInt64] = [:]
     /// The remembered ids, oldest first from `head`.
-    private var order: [DispatchID] = []
-    private var head = 0
+    // Unchecked: appended by every applied record (`Array` methods only).
+    @exclusivity(unchecked) private var order: [DispatchID] = []
+    // Unchecked: read by every applied record; only assigned.
+    @exclusivity(unchecked) private var head = 0
     /// When a dispatch of the session was last recorded (for the 24-hour idle limit).
-    fileprivate(set) var lastUsed: ContinuousClock.Instant
+    // Unchecked: written by every applied record; only assigned.
+    @exclusivity(unchecked) fileprivate(set) var lastUsed: ContinuousClock.Instant
     /// The seq of the session's last recorded dispatch (the eviction order).
-    fileprivate(set) var lastSeq: UInt64 = 0
+    // Unchecked: written by every applied record; only assigned.
+    @exclusivity(unchecked) fileprivate(set) var lastSeq: UInt64 = 0
     /// Ids proposed but not yet applied, with their proposed seqs (the proposer's).
-    var inFlight: [DispatchID: UInt64] = [:]
+    // Unchecked: written by every proposal and applied record; mutated only by `Dictionary` methods.
+    @exclusivity(unchecked) var inFlight: [DispatchID: UInt64] = [:]
     /// Set once the table dropped this entry: a holder must look the session up again.
     fileprivate(set) var isEvicted = false
 
