@@ -51,7 +51,7 @@ struct ReplicatorHarness {
         for effect in new {
             switch effect {
             case .post(let event): events.append(event)
-            case .log(_, let line): notes.append(line)
+            case .diagnostic(_, let line): notes.append(line)
             case .facts(_, let available): self.available = available
             case .subscribe(let subject) where subject.hasPrefix(Self.prefix + ".d."): deliverSubject = subject
             default: break

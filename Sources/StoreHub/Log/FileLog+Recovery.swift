@@ -128,7 +128,7 @@ extension FileLog {
                     start.snapshot = snapshot
                     start.sources.append(path)
                 } else {
-                    start.checkpoints.append((snapshot.seq, snapshot.digest))
+                    start.snapshotDigests.append((snapshot.seq, snapshot.digest))
                 }
             case .failure(let error):
                 start.warnings.append("ignoring damaged snapshot \(error.message)")

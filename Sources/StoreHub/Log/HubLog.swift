@@ -182,8 +182,9 @@ package struct LogStart {
     package var history: String
     /// The newest valid snapshot, if any.
     package var snapshot: StoredSnapshot?
-    /// Other valid snapshots (seq and digest), to check the replay against.
-    package var checkpoints: [(seq: UInt64, digest: String)] = []
+    /// The digests of the other valid snapshots, by seq, to check the replay against (not
+    /// the `checkpoint` digests the hub broadcasts).
+    package var snapshotDigests: [(seq: UInt64, digest: String)] = []
     /// Every record after the snapshot, in order and contiguous.
     package var records: [LogRecord] = []
     /// Contiguous records the log still holds up to the snapshot (the resume window).

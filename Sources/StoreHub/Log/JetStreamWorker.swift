@@ -337,7 +337,7 @@ extension JetStreamLog {
                 outgoing.append(event)
             case .facts(let new, let available):
                 facts = (new, available)
-            case .log(let level, let message):
+            case .diagnostic(let level, let message):
                 worker.logger.log(level: level, message)
             case .finishLease(let result):
                 worker.finishLease(result)

@@ -63,9 +63,9 @@ extension JetStreamLog {
             case post(LogEvent)
             /// The facts `status` shows, and whether dispatches are accepted.
             case facts(Facts, available: Bool)
-            /// An event for the hub's log, at its level (the library's wording; the program
-            /// prefixes it).
-            case log(HubLogger.Level, String)
+            /// A line for the hub's diagnostics (its ``HubLogger``), at its level: not a record
+            /// of the action log.
+            case diagnostic(HubLogger.Level, String)
             /// Answers the thread waiting in ``Worker/reserve(from:count:)``.
             case finishLease(Result<Range<Int>, StorageError>)
         }
@@ -450,7 +450,7 @@ extension JetStreamLog {
         private mutating func emit(_ events: [LogEvent]) {
             for event in events { effects.append(.post(event)) }
         }
-        private mutating func note(_ line: String, _ level: HubLogger.Level = .info) { effects.append(.log(level, line)) }
+        private mutating func note(_ line: String, _ level: HubLogger.Level = .info) { effects.append(.diagnostic(level, line)) }
 
         /// Hands the hub the facts `status` shows and whether dispatches are accepted, when
         /// either changed: the counts are derived here from the state, never kept twice.

@@ -64,7 +64,7 @@ final class Applier {
             }
             base = snapshot.seq
         }
-        var checkpoints = Dictionary(start.checkpoints.map { ($0.seq, $0.digest) }, uniquingKeysWith: { a, _ in a })
+        var snapshotDigests = Dictionary(start.snapshotDigests.map { ($0.seq, $0.digest) }, uniquingKeysWith: { a, _ in a })
         for record in start.records {
             switch engine.apply(record.wire) {
             case .applied:
@@ -74,7 +74,7 @@ final class Applier {
             }
             base = record.seq
             if let session = record.session { sessions.record(session: session, id: record.id, seq: record.seq, now: now) }
-            let snapshotDigest = checkpoints.removeValue(forKey: record.seq)
+            let snapshotDigest = snapshotDigests.removeValue(forKey: record.seq)
             guard record.checkpoint != nil || snapshotDigest != nil else { continue }
             // The whole state is serialised only at seqs something recorded a digest for.
             let replayed = Digest.of(engine.snapshot(.root))

@@ -47,7 +47,9 @@ final class Proposer {
     @exclusivity(unchecked) private(set) var frames: [UInt8] = []
     /// How a proposal gets a checkpoint digest.
     private let checkpointEvery: UInt64
-    /// Bumped whenever the speculative state is reset (so cached serialisations of it are stale).
+    /// The generation of the speculative state: bumped whenever it is reset (proposals voided).
+    /// One meaning, two uses: an encoded state cached with an older generation is stale, and a
+    /// log drops the proposals of a generation it voided (``HubLog/propose(_:expectingLast:epoch:)``).
     // Unchecked: read by every proposal (`log.propose`); only assigned, never passed inout.
     @exclusivity(unchecked) private(set) var epoch = 0
 
