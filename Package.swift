@@ -54,7 +54,10 @@ let package = Package(
         // For users' test targets: TestStore (exhaustive reducer tests), DeterminismCheck.
         .target(name: "StoreSyncTesting", dependencies: ["SyncCore", "StoreReplica", "SyncLocks"]),
         // hubd and replica-cli as library entry points generic over the app.
-        .target(name: "StoreSyncCommands", dependencies: ["StoreHub", "StoreReplica", "SyncCore", "SyncPOSIX", "SyncLocks"]),
+        // The inspector's page ships in the package and is compiled into the program (no file
+        // to find at run time, nothing loaded from a network).
+        .target(name: "StoreSyncCommands", dependencies: ["StoreHub", "StoreReplica", "SyncCore", "SyncPOSIX", "SyncLocks"],
+                resources: [.embedInCode("Inspector/inspector.html")]),
         // Each executable declares every module it imports.
         .executableTarget(name: "hubd", dependencies: ["StoreSyncCommands", "BuiltinApps"]),
         .executableTarget(name: "replica-cli", dependencies: ["StoreSyncCommands", "BuiltinApps"]),
@@ -69,7 +72,9 @@ let package = Package(
         .testTarget(name: "BuiltinAppsTests", dependencies: ["BuiltinApps", "SyncCore", "StoreSyncTesting", "SyncLocks"]),
         .testTarget(
             name: "SyncTests",
-            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncPOSIX", "StoreSyncTesting", "SyncLocks", "StoreSyncCommands"]
+            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncPOSIX", "StoreSyncTesting", "SyncLocks", "StoreSyncCommands"],
+            // The inspector's browser tests drive Chromium with this script (run, not compiled).
+            exclude: ["Support/browse.py"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -66,10 +66,18 @@ public enum ReplicaCommand {
         // The library reads it from the environment, as every client of this process would.
         if let hubUID = options.hubUID { setenv(SocketPath.hubUIDVariable, hubUID, 1) }
         guard let command = options.command else {
-            fail("missing command (attach, dispatch, state, watch, status, top or history); see \(ReplicaCommand.program) --help", status: 2)
+            fail("missing command (attach, dispatch, state, watch, status, top, history or inspect); see \(ReplicaCommand.program) --help", status: 2)
         }
-        guard ["attach", "dispatch", "state", "watch", "status", "top", "history"].contains(command) else {
-            fail("unknown command \"\(command)\"; the commands are attach, dispatch, state, watch, status, top and history", status: 2)
+        guard ["attach", "dispatch", "state", "watch", "status", "top", "history", "inspect"].contains(command) else {
+            fail("unknown command \"\(command)\"; the commands are attach, dispatch, state, watch, status, top, history and inspect", status: 2)
+        }
+        if command == "inspect" {
+            // Bad usage (a host that is not loopback) is said before anything connects.
+            do throws(UsageError) {
+                _ = try InspectorCommand.parse(options.arguments)
+            } catch {
+                fail(error.message, status: 2)
+            }
         }
         if command == "dispatch" && options.arguments.isEmpty {
             fail("dispatch needs at least one ACTION, e.g. \(ReplicaCommand.program) dispatch '{\"type\":…}' (a JSON action of the hub's app)", status: 2)
@@ -97,7 +105,7 @@ public enum ReplicaCommand {
                 return
             }
             if command == "history" {
-                guard options.diff else {
+                guard options.diff || options.devtools != nil else {
                     try GenericClient.history(over: connection, options: options)
                     return
                 }
@@ -105,7 +113,12 @@ public enum ReplicaCommand {
                 let hubApp: String
                 if let named = options.app { hubApp = named } else { hubApp = try connection.status().app }
                 guard let known = app(named: hubApp) else {
-                    fail("history --diff runs the app's reducer, and the hub's app \"\(ControlCharacters.escaped(hubApp))\" is not built into \(ReplicaCommand.program); use your app's own CLI (history without --diff works with any hub)", status: 2)
+                    let flag = options.devtools != nil ? "--devtools" : "--diff"
+                    fail("history \(flag) runs the app's reducer, and the hub's app \"\(ControlCharacters.escaped(hubApp))\" is not built into \(ReplicaCommand.program); use your app's own CLI (history without \(flag) works with any hub)", status: 2)
+                }
+                if let file = options.devtools {
+                    try historyDevTools(known, over: connection, options: options, file: file)
+                    return
                 }
                 try historyDiff(known, over: connection, options: options)
                 return
@@ -122,7 +135,7 @@ public enum ReplicaCommand {
                 }
                 appName = status.app
             }
-            if let name = appName, app(named: name) == nil, options.app == nil, command != "attach" {
+            if let name = appName, app(named: name) == nil, options.app == nil, command != "attach", command != "inspect" {
                 // Any hub can be read and written as raw JSON; only attach needs the reducer.
                 try GenericClient.run(app: name, over: connection, command: command, options: options)
                 return
@@ -130,7 +143,7 @@ public enum ReplicaCommand {
             guard let name = appName, let app = app(named: name) else {
                 if options.app == nil {
                     // The hub's app, learned from its status: say which hub, and how to pick another.
-                    fail("the hub at \(connection.path) serves app \"\(appName ?? "")\", which \(ReplicaCommand.program) does not know (it knows \(names)); attach needs the app built in (state, watch and dispatch work with any hub); run your app's own CLI, or point this one at another hub with --socket PATH", status: 1)
+                    fail("the hub at \(connection.path) serves app \"\(appName ?? "")\", which \(ReplicaCommand.program) does not know (it knows \(names)); attach and inspect need the app built in (state, watch and dispatch work with any hub); run your app's own CLI, or point this one at another hub with --socket PATH", status: 1)
                 }
                 fail("unknown app \"\(appName ?? "")\"; \(ReplicaCommand.program) knows \(names)", status: 2)
             }
@@ -197,6 +210,10 @@ public enum ReplicaCommand {
         let policy: ReconnectPolicy = rides ? .automatic
             : command == "dispatch" ? ReconnectPolicy(initialDelay: .milliseconds(50), maxDelay: .seconds(1), maxAttempts: 10)
             : .never
+        if command == "inspect" {
+            try await InspectorCommand.run(app, over: connection, options: options)
+            return
+        }
         if command == "state", let seq = options.at {
             try stateAt(seq, app: app, over: connection, options: options)
             return
@@ -320,6 +337,32 @@ public enum ReplicaCommand {
             guard options.filter.passes(sequenced) else { return }
             Console.out(sequenced.json(patch: JSONPatch.diff(from: before, to: after)).canonicalString)
         }
+    }
+
+    /// `history --devtools FILE`: the actions A…B in Redux DevTools' own format (the lifted
+    /// state its Import reads), with the state before A as the committed state and the state
+    /// after each action, rebuilt here with the app's reducer.
+    static func historyDevTools<App: SyncApp>(_ app: App, over connection: HubConnection, options: ReplicaOptions,
+                                              file: String) throws(ReplicaError) {
+        let (from, end) = try GenericClient.historyRange(over: connection, options: options)
+        var state = try rebuild(app, through: from - 1, over: connection, options: options,
+                                older: "history --devtools needs the state before seq \(from), rebuilt from seq 1, and the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); use the inspector (replica-cli inspect --data-dir DIR) to export from the hub's data directory")
+        let committed = app.encodeState(state)
+        var actions: [SequencedAction] = []
+        var states: [JSON] = []
+        try GenericClient.actions(over: connection, from: from, through: end, name: options.name) { sequenced in
+            apply(app, sequenced.action, seq: sequenced.seq, to: &state)
+            guard options.filter.passes(sequenced) else { return }
+            actions.append(sequenced)
+            states.append(app.encodeState(state))
+        }
+        let lifted = DevToolsExport.liftedState(committed: committed, actions: actions, states: states)
+        do {
+            try Data(lifted.canonicalBytes).write(to: URL(fileURLWithPath: file))
+        } catch {
+            fail("history --devtools: cannot write \(file): \(error.localizedDescription)")
+        }
+        Console.out("wrote \(actions.count) actions (seq \(from)…\(end)) to \(file): open Redux DevTools, then Import it")
     }
 
     static func printState<App: SyncApp>(_ replica: Replica<App>, options: ReplicaOptions) throws(ReplicaError) {

@@ -28,13 +28,15 @@ struct ReplicaOptions: Equatable {
     var at: UInt64?
     /// `--type GLOB` and `--origin N[,N…]` (watch and history).
     var filter = ActionFilter()
+    /// `history --devtools FILE`: write the actions in Redux DevTools' format.
+    var devtools: String?
     /// `--hub-uid` (the command puts it in the environment, as every client of the process reads it).
     var hubUID: String?
     var command: String?
     var arguments: [String] = []
 
     /// The commands whose own flags (`--count`, `--from`, …) are left in ``arguments``.
-    static let commandsWithFlags: Set<String> = ["dispatch", "top", "history"]
+    static let commandsWithFlags: Set<String> = ["dispatch", "top", "history", "inspect"]
 
     /// Reads a command line: flags anywhere, the first other word as the command, the rest as
     /// its arguments (`--` ends the flags).
@@ -142,7 +144,7 @@ struct ReplicaOptions: Equatable {
                                  names.
           status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
                                  attached replicas). With --json print the hub's status message.
-          history --from A [--to B] [--diff] [--type GLOB] [--origin N|NAME[,…]]
+          history --from A [--to B] [--diff] [--devtools FILE] [--type GLOB] [--origin N|NAME[,…]]
                                  Print the sequenced actions A…B (B: the hub's seq by default) as
                                  NDJSON lines, as watch does, from the hub's resume window (at
                                  least the last 10000 actions); older ones: exit 1 saying so (read
@@ -150,7 +152,24 @@ struct ReplicaOptions: Equatable {
                                  --diff each line also carries "patch", the RFC 6902 JSON Patch the
                                  action made, from the state before A rebuilt here with the app's
                                  reducer (the app must be built in, and the window reach seq 1).
+                                 --devtools FILE writes them instead to FILE in Redux DevTools'
+                                 own format (its Import reads it: every action, the state after
+                                 each), under the same conditions as --diff.
                                  --type and --origin filter the lines as for watch.
+          inspect --http [HOST:]PORT [--data-dir DIR] [--keep N]
+                                 Serve a page for a browser, on loopback only (HOST 127.0.0.1,
+                                 localhost or ::1; PORT 0: any free port): the actions live (seq,
+                                 time, origin by name, type; filter by type and origin; pause),
+                                 the state at the selected seq as a tree (search by JSON Pointer),
+                                 the diff that action made, a slider to travel in time, the
+                                 replicas (name, uid, pid, lag) and the hub's and log's health;
+                                 and an export for Redux DevTools. Prints the URL with a random
+                                 token first: a request without it, from another origin, or with
+                                 another Host gets 403. Keeps the last N actions (default 10000);
+                                 older states are rebuilt from the hub's data directory with
+                                 --data-dir DIR (read only), else from the hub's resume window.
+                                 Rides through hub restarts; ends on SIGINT or SIGTERM (exit 0).
+                                 The app must be built in. See docs/DEBUGGING.md.
           top [--count N] [--interval SECONDS]
                                  A live view of the hub, refreshed every SECONDS (default 1): seq,
                                  actions/s, max lag, digest, storage, and per replica its id, name,
@@ -255,6 +274,9 @@ struct ReplicaOptions: Equatable {
                 let names = words.filter { !isID($0) }
                 options.filter.origins = ids.isEmpty ? nil : Set(ids)
                 options.filter.originNames = names.isEmpty ? nil : Set(names.map { JSONKey($0) })
+            },
+            .value("--devtools", help: []) { options, text throws(UsageError) in
+                options.devtools = text
             },
             .value("--at", help: []) { options, text throws(UsageError) in
                 guard let seq = UInt64(text) else { throw UsageError("--at needs a seq (a whole number)") }

@@ -78,6 +78,66 @@ public enum TCPSocket {
         }
         throw last
     }
+
+    /// Listens on a loopback address (never any other: a local web page must not be reachable
+    /// from the network).
+    ///
+    /// - Parameters:
+    ///   - host: `127.0.0.1`, `localhost` (the same) or `::1`.
+    ///   - port: The port; 0 picks a free one.
+    /// - Returns: The listening descriptor (non-blocking, close-on-exec) and the port it got.
+    /// - Throws: ``SystemError`` for another host, or when the port cannot be bound.
+    public static func listenOnLoopback(host: String, port: Int) throws(SystemError) -> (fd: Int32, port: Int) {
+        let ipv6: Bool
+        switch host {
+        case "127.0.0.1", "localhost": ipv6 = false
+        case "::1", "[::1]": ipv6 = true
+        default: throw SystemError("\(host) is not a loopback address: listen on 127.0.0.1, localhost or ::1")
+        }
+        guard (0...65_535).contains(port) else { throw SystemError("port \(port) is not from 0 to 65535") }
+        #if os(Linux)
+        let fd = socket(ipv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        #else
+        let fd = socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0)
+        if fd >= 0 {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            _ = try? UnixSocket.setNonBlocking(fd)
+        }
+        #endif
+        guard fd >= 0 else { throw SystemError.lastCall("cannot create a TCP socket") }
+        var on: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+        var result: Int32
+        if ipv6 {
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = in_port_t(UInt16(port).bigEndian)
+            address.sin6_addr = in6addr_loopback
+            result = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
+            }
+        } else {
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            address.sin_addr = in_addr(s_addr: UInt32(0x7f00_0001).bigEndian)
+            result = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+        }
+        guard result == 0, listen(fd, 64) == 0 else {
+            let error = SystemError.lastCall("cannot listen on \(host):\(port)")
+            close(fd)
+            throw error
+        }
+        var bound = sockaddr_in6()
+        var length = socklen_t(MemoryLayout<sockaddr_in6>.size)
+        _ = withUnsafeMutablePointer(to: &bound) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        // sin_port and sin6_port sit at the same offset.
+        return (fd, Int(UInt16(bigEndian: bound.sin6_port)))
+    }
 }
 
 @inline(__always) private func Glibc_connect(_ fd: Int32, _ address: UnsafePointer<sockaddr>?, _ length: socklen_t) -> Int32 {

@@ -133,6 +133,8 @@ struct HubCore {
             shutdown()
         case .finish:
             finish()
+        case .closeLog:
+            closeLog()
         }
         swap(&actions, &into)
     }
@@ -159,10 +161,14 @@ struct HubCore {
         connections[connection.fd] === connection && !connection.isClosing
     }
 
-    /// Whether frames wait in a connection's buffer that were not handled (an `input`
-    /// event with `nothing` handles them).
+    /// Whether a connection is still open (not forgotten), closing or not: what it is owed
+    /// may still be written.
+    func isOpen(_ connection: Connection) -> Bool { connections[connection.fd] === connection }
+
+    /// Whether frames wait in a connection's buffer that can be handled now (an `input` event
+    /// with `nothing` handles them); not while its welcome waits for the hub to catch up.
     func hasFramesToHandle(_ connection: Connection) -> Bool {
-        connection.input.moreFrames && !connection.isClosing && !connection.phase.inputOver
+        connection.input.moreFrames && connection.takesFrames
     }
 
     /// How many bytes one read of a connection may bring (its input stays bounded).
@@ -192,7 +198,11 @@ struct HubCore {
                 // Waiting for its last answers: nothing more is read from it.
                 checkReadDeadline(connection, timers: &timers)
             case .greeting, .attached, .awaitingCatchUp:
-                if connection.input.moreFrames, judging { waiting = true }
+                // Frames held while the welcome waits are not waiting to be handled now.
+                if connection.input.moreFrames, judging, connection.takesFrames { waiting = true }
+                // The welcome's deadline first: a joiner that read nothing is a slow consumer.
+                checkReadDeadline(connection, timers: &timers)
+                if connection.isClosing { continue }
                 // Not attached yet, or half a frame buffered: it must make progress in time.
                 var idleSince: ContinuousClock.Instant?
                 if case .greeting = connection.phase {
@@ -205,9 +215,7 @@ struct HubCore {
                 if case .awaitingCatchUp = connection.phase { timers = true }
                 if let idleSince, now - idleSince > configuration.idleTimeout {
                     tearDown(connection, .failed(WireError(.timeout, "no complete hello, status or sync (or half a frame held) for \(configuration.idleTimeout) (--idle-timeout); connect again and send a whole frame")))
-                    continue
                 }
-                checkReadDeadline(connection, timers: &timers)
             }
         }
         timersPending = timers
@@ -528,11 +536,16 @@ struct HubCore {
         }
     }
 
-    /// Closes every connection, then the log (leaving a final snapshot when it is sound).
+    /// Closes every connection: its client sees the end at once, before the log's final
+    /// snapshot is written (`closeLog`).
     private mutating func finish() {
         for connection in Array(connections.values) { forget(connection) }
         streaming.removeAll()
         sessionOwners.removeAll()
+    }
+
+    /// Closes the log, leaving a final snapshot when it is sound.
+    private mutating func closeLog() {
         if brokenLog == nil {
             sequencer.close()
         } else {

@@ -149,7 +149,7 @@ final class HubLoop {
             }
             if handle(.pass, now: now) { break serving }
             core.writeOrder(into: &writes)
-            for connection in writes {
+            for connection in writes where core.isOpen(connection) {
                 let result = core.withOutput(of: connection, maxPieces: Self.piecesPerWrite) { vectors in
                     vectors.isEmpty ? UnixSocket.IOResult.bytes(0) : UnixSocket.write(connection.fd, gathering: vectors)
                 }
@@ -254,7 +254,7 @@ final class HubLoop {
         let deadline = ContinuousClock.now + .seconds(2)
         var pending: [Connection] = []
         while true {
-            for connection in core.connections.values where core.owes(connection) {
+            for connection in core.connections.values where core.isOpen(connection) && core.owes(connection) {
                 let result = core.withOutput(of: connection, maxPieces: Self.piecesPerWrite) { vectors in
                     vectors.isEmpty ? UnixSocket.IOResult.bytes(0) : UnixSocket.write(connection.fd, gathering: vectors)
                 }
@@ -268,6 +268,7 @@ final class HubLoop {
             _ = poll(&waitSet, nfds_t(waitSet.count), milliseconds)
         }
         handle(.finish, now: .now)
+        handle(.closeLog, now: .now)
     }
 }
 

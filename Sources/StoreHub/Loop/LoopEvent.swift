@@ -29,8 +29,11 @@ enum LoopEvent {
     case written
     /// The hub stops: what is applied is answered, and every client is told.
     case shutdown
-    /// The last event: every connection closes, and the log with it.
+    /// Every connection closes.
     case finish
+    /// The last event: the log closes (with a final snapshot when it is sound), after the
+    /// reactor has closed every connection.
+    case closeLog
 }
 
 /// What reading a connection gave.

@@ -165,6 +165,7 @@ final class EmbeddedHub {
             handle(.wrote(connection, result))
         }
         handle(.finish)
+        handle(.closeLog)
     }
 
     private func handle(_ event: LoopEvent) {

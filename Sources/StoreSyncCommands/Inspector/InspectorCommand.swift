@@ -1,0 +1,272 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+import StoreHub
+import StoreReplica
+import SyncCore
+import SyncPOSIX
+
+/// `replica-cli inspect --http [HOST:]PORT`: the inspector, a replica of its own that serves a
+/// page showing the hub's actions, states, diffs, replicas and health in a browser.
+///
+/// It is a client like any other: the hub's event loop knows nothing of HTTP or pages (see
+/// docs/ARCHITECTURE.md, "The inspector"). It attaches (and rides through hub restarts), keeps
+/// what ``InspectorModel`` keeps, asks the hub's `status` once a second, and serves
+/// ``InspectorServer`` on loopback with a token printed at start.
+enum InspectorCommand {
+    /// The default number of actions kept.
+    static let defaultKeep = 10_000
+
+    /// What the command line says.
+    struct Arguments: Equatable {
+        var host = "127.0.0.1"
+        var port = 0
+        var dataDirectory: String?
+        var keep = InspectorCommand.defaultKeep
+    }
+
+    /// Reads `--http [HOST:]PORT`, `--data-dir DIR` and `--keep N`.
+    ///
+    /// - Parameter arguments: The command's arguments.
+    /// - Returns: What they say.
+    /// - Throws: ``UsageError``: a missing or bad value, an unknown argument, or a host that
+    ///   is not loopback.
+    static func parse(_ arguments: [String]) throws(UsageError) -> Arguments {
+        var result = Arguments()
+        var sawHTTP = false
+        var rest = arguments[...]
+        while let argument = rest.popFirst() {
+            guard let value = rest.popFirst() else { throw UsageError("inspect \(argument) needs a value") }
+            switch argument {
+            case "--http":
+                sawHTTP = true
+                var host = "127.0.0.1", portText = value
+                if let colon = value.lastIndex(of: ":") {
+                    host = String(value[..<colon])
+                    portText = String(value[value.index(after: colon)...])
+                }
+                if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+                guard ["127.0.0.1", "localhost", "::1"].contains(host) else {
+                    throw UsageError("the inspector listens on loopback only (127.0.0.1, localhost or ::1), not \"\(ControlCharacters.escaped(host))\": to reach it from another machine, forward the port over SSH (ssh -L PORT:127.0.0.1:PORT HOST; docs/DEBUGGING.md)")
+                }
+                guard let port = Int(portText), (0...65_535).contains(port) else {
+                    throw UsageError("inspect --http needs [HOST:]PORT with a port from 0 to 65535 (0: any free port), got \"\(ControlCharacters.escaped(value))\"")
+                }
+                result.host = host
+                result.port = port
+            case "--data-dir":
+                result.dataDirectory = value
+            case "--keep":
+                guard let keep = Int(value), keep > 0, keep <= 1_000_000 else {
+                    throw UsageError("inspect --keep needs a number of actions from 1 to 1000000, got \"\(ControlCharacters.escaped(value))\"")
+                }
+                result.keep = keep
+            default:
+                throw UsageError("inspect takes --http [HOST:]PORT, --data-dir DIR and --keep N, not \"\(ControlCharacters.escaped(argument))\"")
+            }
+        }
+        guard sawHTTP else { throw UsageError("inspect needs --http [HOST:]PORT (e.g. --http 127.0.0.1:8765, or --http 0 for any free port)") }
+        return result
+    }
+
+    /// A new token: 32 random bytes, in hex.
+    static func newToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in
+            let byte = UInt8.random(in: 0...255, using: &generator)
+            return String(byte, radix: 16).count == 1 ? "0" + String(byte, radix: 16) : String(byte, radix: 16)
+        }.joined()
+    }
+
+    /// An event for the page's stream.
+    static func event(_ name: String, _ data: [UInt8]) -> [UInt8] {
+        Array("event: \(name)\ndata: ".utf8) + data + Array("\n\n".utf8)
+    }
+
+    /// Runs the inspector until SIGINT, SIGTERM, or the hub goes for good.
+    static func run<App: SyncApp>(_ app: App, over connection: HubConnection, options: ReplicaOptions) async throws(ReplicaError) {
+        let arguments: Arguments
+        do throws(UsageError) {
+            arguments = try parse(options.arguments)
+        } catch {
+            fail(error.message, status: 2)
+        }
+        let listening: (fd: Int32, port: Int)
+        do throws(SystemError) {
+            listening = try TCPSocket.listenOnLoopback(host: arguments.host, port: arguments.port)
+        } catch {
+            fail("inspect: \(error.message)")
+        }
+        ReplicaCommand.exitOnTerminationSignal()
+        let replica = try Replica.attach(app: app, over: connection, name: options.name ?? "inspector", startReading: false,
+                                         reconnect: .automatic)
+        defer { replica.close() }
+        let socketPath = connection.path
+        let model = preloaded(app, upTo: replica.seq, state: replica.store.state, keep: arguments.keep,
+                              dataDirectory: arguments.dataDirectory, socketPath: socketPath)
+        let token = newToken()
+        let server: InspectorServer
+        do throws(SystemError) {
+            server = try InspectorServer(listener: listening.fd, port: listening.port,
+                                         access: InspectorAccess(token: token, port: listening.port)) { request in
+                route(request, model: model, socketPath: socketPath)
+            }
+        } catch {
+            fail("inspect: \(error.message)")
+        }
+        // The patch of each action, as the store saw it applied (one state per action, in order).
+        let diffs = StateDiffs(start: app.encodeState(replica.store.state))
+        let subscription = replica.store.subscribe { state in diffs.applied(app.encodeState(state)) }
+        defer { subscription.cancel() }
+        let observer = replica.observeEvents { replicaEvent in
+            switch replicaEvent {
+            case .action(let seq, let origin, let id, _, let json, let stamp):
+                let line = model.append(SequencedAction(seq: seq, origin: origin, id: id, action: json, stamp: stamp),
+                                        patch: diffs.nextPatch())
+                server.broadcast(Self.event("action", line))
+            case .connection(.rehydrated(let seq)):
+                diffs.restart(at: app.encodeState(replica.store.state))
+                model.restart(state: replica.store.state, seq: seq)
+                server.broadcast(Self.event("reset", JSON(seq).canonicalBytes))
+            default:
+                break
+            }
+        }
+        defer { observer.cancel() }
+        replica.startReading()
+        Thread.detachNewThread { server.run() }
+        let shown = arguments.host.contains(":") ? "[\(arguments.host)]" : arguments.host
+        Console.out("inspector: http://\(shown):\(listening.port)/?token=\(token)")
+        Console.out("inspector: open it in a browser on this machine; from another, forward the port first: ssh -L \(listening.port):127.0.0.1:\(listening.port) THIS-HOST")
+        // The hub's status once a second: replicas, lag, storage and the log's health.
+        let poller = Task {
+            while !Task.isCancelled {
+                if let status = try? await replica.status() {
+                    let json = HubMessage.status(status).json
+                    model.setStatus(json)
+                    server.broadcast(event("status", json.canonicalBytes))
+                }
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+        let reason = await replica.waitUntilDisconnected()
+        poller.cancel()
+        server.stop()
+        fail(reason.description)
+    }
+
+    /// A model holding, from the start, the last actions before the replica's welcome (the
+    /// hub's resume window), each with its patch: the page shows history at once, not only
+    /// what happens next. When the state before them cannot be rebuilt (the window no longer
+    /// reaches seq 1 and no data directory is given), the model starts empty at the welcome.
+    ///
+    /// - Parameters:
+    ///   - app: The app.
+    ///   - seq: The welcome's seq.
+    ///   - state: The welcome's state.
+    ///   - keep: The most actions kept.
+    ///   - dataDirectory: The hub's data directory, if given.
+    ///   - socketPath: The hub's socket.
+    /// - Returns: The model.
+    static func preloaded<App: SyncApp>(_ app: App, upTo seq: UInt64, state: App.State, keep: Int, dataDirectory: String?,
+                                        socketPath: String) -> InspectorModel<App> {
+        let first = seq >= UInt64(keep) ? seq - UInt64(keep) + 1 : 1
+        let empty = InspectorModel(app: app, state: state, seq: seq, keep: keep, dataDirectory: dataDirectory)
+        guard seq >= 1 else { return empty }
+        // The state right before the first preloaded action.
+        var base: App.State
+        if first == 1 {
+            base = app.initialState
+        } else if let dataDirectory, let json = try? DataDirectory.state(dataDirectory, app: app, at: first - 1),
+                  let decoded = try? app.decodeState(json) {
+            base = decoded
+        } else if let actions = hubActions(socketPath: socketPath, through: first - 1) {
+            base = app.initialState
+            for action in actions { ReplicaCommand.apply(app, action.action, seq: action.seq, to: &base) }
+        } else {
+            return empty
+        }
+        guard let connection = try? HubConnection(path: socketPath) else { return empty }
+        defer { connection.close() }
+        var actions: [SequencedAction] = []
+        var next = first
+        while next <= seq {
+            guard let page = try? connection.history(from: next, to: seq), page.to >= next else { return empty }
+            actions += page.actions.compactMap(SequencedAction.init)
+            next = page.to + 1
+        }
+        guard actions.count == Int(seq - first + 1) else { return empty }
+        let model = InspectorModel(app: app, state: base, seq: first - 1, keep: keep, dataDirectory: dataDirectory)
+        var before = app.encodeState(base)
+        for action in actions {
+            ReplicaCommand.apply(app, action.action, seq: action.seq, to: &base)
+            let after = app.encodeState(base)
+            model.append(action, patch: JSONPatch.diff(from: before, to: after))
+            before = after
+        }
+        return model
+    }
+
+    /// Answers one allowed request.
+    static func route<App: SyncApp>(_ request: HTTPRequest, model: InspectorModel<App>, socketPath: String) -> InspectorServer.Reply {
+        func json(_ value: JSON, status: Int = 200, headers: [(String, String)] = []) -> InspectorServer.Reply {
+            .response(status: status, contentType: "application/json", body: value.canonicalBytes, headers: headers)
+        }
+        func seq(_ name: String) -> UInt64? { request.query[name].flatMap { UInt64($0) } }
+        switch request.path {
+        case "/", "/index.html":
+            return .response(status: 200, contentType: "text/html; charset=utf-8", body: InspectorPage.html)
+        case "/api/events":
+            let newest = model.window.newest
+            let after = seq("after") ?? (newest > 500 ? newest - 500 : 0)
+            var initial = event("status", model.statusJSON().canonicalBytes)
+            for line in model.lines(after: after, limit: 2_000) { initial += event("action", line) }
+            return .stream(initial: initial)
+        case "/api/actions":
+            let lines = model.lines(after: seq("after") ?? 0, limit: 2_000)
+            var body: [UInt8] = [UInt8(ascii: "[")]
+            for (index, line) in lines.enumerated() {
+                if index > 0 { body.append(UInt8(ascii: ",")) }
+                body += line
+            }
+            body.append(UInt8(ascii: "]"))
+            return .response(status: 200, contentType: "application/json", body: body)
+        case "/api/state":
+            guard let at = seq("seq") else { return json(["error": "state needs ?seq=N"], status: 400) }
+            switch model.state(at: at, hubWindow: { hubActions(socketPath: socketPath, through: $0) }) {
+            case .success(let (state, source)):
+                return json(["seq": JSON(at), "state": state, "source": .string(source)])
+            case .failure(let error):
+                return json(["error": .string(error.message), "seq": JSON(at)], status: 404)
+            }
+        case "/api/status":
+            return json(model.statusJSON())
+        case "/api/devtools":
+            return json(model.devTools(), headers: [("Content-Disposition", "attachment; filename=\"storesync-devtools.json\"")])
+        default:
+            return json(["error": "no such page"], status: 404)
+        }
+    }
+
+    /// The hub's actions 1…`seq` from its resume window, when it still starts at seq 1 (`nil`
+    /// otherwise, or when the hub cannot be asked).
+    static func hubActions(socketPath: String, through seq: UInt64) -> [SequencedAction]? {
+        guard seq > 0 else { return [] }
+        guard let connection = try? HubConnection(path: socketPath) else { return nil }
+        defer { connection.close() }
+        var actions: [SequencedAction] = []
+        var next: UInt64 = 1
+        while next <= seq {
+            guard let page = try? connection.history(from: next, to: seq) else { return nil }
+            actions += page.actions.compactMap(SequencedAction.init)
+            guard page.to >= next else { return nil }
+            next = page.to + 1
+        }
+        return actions.count == Int(seq) ? actions : nil
+    }
+}

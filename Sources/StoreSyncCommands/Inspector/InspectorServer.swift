@@ -1,0 +1,294 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+import SyncCore
+import SyncLocks
+import SyncPOSIX
+
+/// The inspector's HTTP/1.1 server: our own, small, on one thread of its own, in the
+/// inspector's process (never the hub's).
+///
+/// Loopback only (``TCPSocket/listenOnLoopback(host:port:)``), `GET` only, every request
+/// checked by ``InspectorAccess``, and every resource a client can make it hold bounded:
+/// at most ``Limits/maxConnections`` connections (one more gets 503), a request head of at
+/// most 8 KiB (431), at most ``Limits/requestsPerSecond`` requests a second with a burst of
+/// twice that (429), a whole head within ``Limits/headTimeout`` (then it is closed), and for a
+/// live stream (server-sent events) at most ``Limits/maxStreamBytes`` queued for a reader that
+/// does not read (then that stream is closed; the page reconnects). Every answer but a stream
+/// closes its connection.
+final class InspectorServer: Sendable {
+    /// The bounds.
+    struct Limits: Sendable {
+        /// The most connections at once.
+        var maxConnections = 16
+        /// Requests accepted a second (a burst of twice as many is allowed).
+        var requestsPerSecond = 50
+        /// How long a connection may take to send a whole request head.
+        var headTimeout: Duration = .seconds(10)
+        /// The most bytes queued for one live stream.
+        var maxStreamBytes = 4 << 20
+    }
+
+    /// What the handler answers.
+    enum Reply: Sendable {
+        /// One response, then the connection closes.
+        case response(status: Int, contentType: String, body: [UInt8], headers: [(String, String)] = [])
+        /// A live stream of server-sent events: these bytes first, then every ``InspectorServer/broadcast(_:)``.
+        case stream(initial: [UInt8])
+    }
+
+    private let listener: Int32
+    /// The port it listens on.
+    let port: Int
+    private let access: InspectorAccess
+    private let limits: Limits
+    private let handler: @Sendable (HTTPRequest) -> Reply
+    private let wake: (read: Int32, write: Int32)
+    /// Event bytes for every stream, handed over by other threads.
+    private let outbox = Locked<(chunks: [[UInt8]], bytes: Int, overflow: Bool, stop: Bool)>(([], 0, false, false))
+
+    /// Creates the server on a listening descriptor.
+    ///
+    /// - Parameters:
+    ///   - listener: A loopback listening socket (non-blocking).
+    ///   - port: Its port.
+    ///   - access: Who may read.
+    ///   - limits: The bounds.
+    ///   - handler: Answers an allowed request (on the server's thread).
+    /// - Throws: ``SystemError`` when the wake pipe cannot be made.
+    init(listener: Int32, port: Int, access: InspectorAccess, limits: Limits = Limits(),
+         handler: @escaping @Sendable (HTTPRequest) -> Reply) throws(SystemError) {
+        self.listener = listener
+        self.port = port
+        self.access = access
+        self.limits = limits
+        self.handler = handler
+        wake = try UnixSocket.makePipe()
+    }
+
+    /// Queues bytes for every live stream (any thread). Past 16 MiB waiting (the server's
+    /// thread is stuck), the streams are closed instead, and the pages reconnect.
+    ///
+    /// - Parameter bytes: Server-sent event bytes.
+    func broadcast(_ bytes: [UInt8]) {
+        outbox.withLock { box in
+            guard !box.overflow else { return }
+            box.chunks.append(bytes)
+            box.bytes += bytes.count
+            if box.bytes > 16 << 20 { box.overflow = true }
+        }
+        var byte: UInt8 = 1
+        _ = Glibc_write(wake.write, &byte, 1)
+    }
+
+    /// Asks ``run()`` to return (any thread).
+    func stop() {
+        outbox.withLock { $0.stop = true }
+        var byte: UInt8 = 1
+        _ = Glibc_write(wake.write, &byte, 1)
+    }
+
+    /// One client connection (the server's thread only).
+    private final class Client {
+        let fd: Int32
+        var input: [UInt8] = []
+        var output: [UInt8] = []
+        var written = 0
+        var isStream = false
+        var closeWhenWritten = false
+        let deadline: ContinuousClock.Instant
+        init(fd: Int32, deadline: ContinuousClock.Instant) {
+            self.fd = fd
+            self.deadline = deadline
+        }
+        var pending: Int { output.count - written }
+    }
+
+    /// Serves until ``stop()``; then closes every connection and the listener.
+    func run() {
+        var clients: [Int32: Client] = [:]
+        var tokens = Double(limits.requestsPerSecond * 2)
+        var refilled = ContinuousClock.now
+        var buffer = [UInt8](repeating: 0, count: 16 << 10)
+        defer {
+            for client in clients.values { UnixSocket.close(client.fd) }
+            UnixSocket.close(listener)
+            UnixSocket.close(wake.read)
+            UnixSocket.close(wake.write)
+        }
+        while true {
+            var set = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0), pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
+            let order = Array(clients.values)
+            for client in order {
+                var events: Int16 = client.isStream || client.closeWhenWritten ? 0 : Int16(POLLIN)
+                if client.pending > 0 { events |= Int16(POLLOUT) }
+                // A stream is polled for input too: its peer closing is how it ends.
+                if client.isStream { events |= Int16(POLLIN) }
+                set.append(pollfd(fd: client.fd, events: events, revents: 0))
+            }
+            _ = poll(&set, nfds_t(set.count), 1_000)
+            let now = ContinuousClock.now
+            if set[1].revents != 0 {
+                var scratch = [UInt8](repeating: 0, count: 256)
+                while scratch.withUnsafeMutableBytes({ Glibc_read(wake.read, $0.baseAddress, $0.count) }) > 0 {}
+            }
+            let (chunks, overflow, stopping) = outbox.withLock { box -> ([[UInt8]], Bool, Bool) in
+                defer { box = ([], 0, false, box.stop) }
+                return (box.chunks, box.overflow, box.stop)
+            }
+            if stopping { return }
+            for client in clients.values where client.isStream {
+                if overflow {
+                    client.closeWhenWritten = true
+                    continue
+                }
+                for chunk in chunks { client.output += chunk }
+                if client.pending > limits.maxStreamBytes {
+                    // A reader that does not read is not waited for.
+                    UnixSocket.close(client.fd)
+                    clients[client.fd] = nil
+                }
+            }
+            if set[0].revents != 0 {
+                while let fd = try? UnixSocket.accept(listener) {
+                    guard clients.count < limits.maxConnections else {
+                        let body = Array("at most \(limits.maxConnections) connections at once; try again\n".utf8)
+                        _ = Self.head(status: 503, contentType: "text/plain; charset=utf-8", length: body.count, headers: [])
+                            .withUnsafeBytes { UnixSocket.write(fd, $0, dontWait: true) }
+                        _ = body.withUnsafeBytes { UnixSocket.write(fd, $0, dontWait: true) }
+                        UnixSocket.close(fd)
+                        continue
+                    }
+                    clients[fd] = Client(fd: fd, deadline: now + limits.headTimeout)
+                }
+            }
+            for (index, client) in order.enumerated() {
+                guard clients[client.fd] === client else { continue }
+                let revents = set[index + 2].revents
+                if revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+                    let result = buffer.withUnsafeMutableBytes { UnixSocket.read(client.fd, into: $0) }
+                    switch result {
+                    case .bytes(let count):
+                        if !client.isStream, !client.closeWhenWritten {
+                            client.input += buffer[0..<count]
+                            serve(client, tokens: &tokens, refilled: &refilled, now: now)
+                        }
+                    case .wouldBlock:
+                        break
+                    case .endOfFile, .failed:
+                        UnixSocket.close(client.fd)
+                        clients[client.fd] = nil
+                        continue
+                    }
+                }
+                if client.pending > 0 {
+                    let result = client.output[client.written...].withUnsafeBytes { UnixSocket.write(client.fd, $0, dontWait: true) }
+                    switch result {
+                    case .bytes(let count): client.written += count
+                    case .wouldBlock: break
+                    case .endOfFile, .failed:
+                        UnixSocket.close(client.fd)
+                        clients[client.fd] = nil
+                        continue
+                    }
+                    if client.written > 1 << 20, client.written * 2 > client.output.count {
+                        client.output.removeFirst(client.written)
+                        client.written = 0
+                    }
+                }
+                let late = !client.isStream && !client.closeWhenWritten && now >= client.deadline
+                if late || (client.closeWhenWritten && client.pending == 0) {
+                    UnixSocket.close(client.fd)
+                    clients[client.fd] = nil
+                }
+            }
+        }
+    }
+
+    /// Answers the request a client has sent, once its head is whole.
+    private func serve(_ client: Client, tokens: inout Double, refilled: inout ContinuousClock.Instant, now: ContinuousClock.Instant) {
+        switch HTTPRequest.parse(client.input) {
+        case .incomplete:
+            return
+        case .malformed(let status, let reason):
+            respond(client, status: status, body: reason)
+        case .request(let request, _):
+            let (seconds, attoseconds) = (now - refilled).components
+            let elapsed = Double(seconds) + Double(attoseconds) / 1e18
+            refilled = now
+            tokens = min(Double(limits.requestsPerSecond * 2), tokens + elapsed * Double(limits.requestsPerSecond))
+            guard tokens >= 1 else {
+                respond(client, status: 429, body: "more than \(limits.requestsPerSecond) requests a second; slow down")
+                return
+            }
+            tokens -= 1
+            switch access.decide(request) {
+            case .refuse(let status, let reason):
+                respond(client, status: status, body: reason,
+                        headers: status == 405 ? [("Allow", "GET")] : [])
+            case .allow:
+                switch handler(request) {
+                case .response(let status, let contentType, let body, let headers):
+                    client.output += Self.head(status: status, contentType: contentType, length: body.count, headers: headers) + body
+                    client.closeWhenWritten = true
+                case .stream(let initial):
+                    client.output += Self.streamHead() + initial
+                    client.isStream = true
+                }
+            }
+        }
+        client.input = []
+    }
+
+    private func respond(_ client: Client, status: Int, body: String, headers: [(String, String)] = []) {
+        let bytes = Array((body + "\n").utf8)
+        client.output += Self.head(status: status, contentType: "text/plain; charset=utf-8", length: bytes.count, headers: headers) + bytes
+        client.closeWhenWritten = true
+    }
+
+    /// The headers every answer carries: no caching, no sniffing, no referrer, and a page
+    /// that may load nothing from anywhere but itself.
+    private static let common = "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\n"
+        + "X-Frame-Options: DENY\r\nContent-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+        + "connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'\r\n"
+
+    private static func head(status: Int, contentType: String, length: Int, headers: [(String, String)]) -> [UInt8] {
+        var text = "HTTP/1.1 \(status) \(reason(status))\r\nContent-Type: \(contentType)\r\nContent-Length: \(length)\r\n"
+        text += common
+        for (name, value) in headers { text += "\(name): \(value)\r\n" }
+        text += "Connection: close\r\n\r\n"
+        return Array(text.utf8)
+    }
+
+    private static func streamHead() -> [UInt8] {
+        Array(("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n" + common + "\r\n").utf8)
+    }
+
+    private static func reason(_ status: Int) -> String {
+        switch status {
+        case 200: "OK"
+        case 400: "Bad Request"
+        case 403: "Forbidden"
+        case 404: "Not Found"
+        case 405: "Method Not Allowed"
+        case 429: "Too Many Requests"
+        case 431: "Request Header Fields Too Large"
+        case 503: "Service Unavailable"
+        case 505: "HTTP Version Not Supported"
+        default: "Status"
+        }
+    }
+}
+
+@inline(__always) private func Glibc_write(_ fd: Int32, _ bytes: UnsafeRawPointer?, _ count: Int) -> Int {
+    write(fd, bytes, count)
+}
+
+@inline(__always) private func Glibc_read(_ fd: Int32, _ bytes: UnsafeMutableRawPointer?, _ count: Int) -> Int {
+    read(fd, bytes, count)
+}
