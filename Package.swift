@@ -63,7 +63,8 @@ let package = Package(
         .executableTarget(name: "replica-cli", dependencies: ["StoreSyncCommands", "BuiltinApps"]),
         .executableTarget(
             name: "sync-bench",
-            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncCore", "SyncPOSIX", "NATSClient", "SyncLocks"],
+            dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncCore", "SyncPOSIX", "NATSClient", "SyncLocks",
+                           "StoreSyncCommands"],
             path: "Benchmarks/sync-bench"
         ),
         .testTarget(name: "StoreCoreTests", dependencies: ["StoreCore", "SyncLocks"]),

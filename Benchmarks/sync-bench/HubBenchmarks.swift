@@ -102,7 +102,8 @@ let dispatchWindow = 64
 /// Hub plus `replicas` worker processes on the json app: every worker dispatches its share
 /// with at most ``dispatchWindow`` of its own outstanding, and the clock stops when every
 /// worker has applied every action.
-func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled: Int = 0, app: String = "json") throws -> Result {
+func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled: Int = 0, app: String = "json",
+                   inspector: Bool = false) throws -> Result {
     let hub = app == "codable" ? try BenchHub(app: CodableCounterApp(), fsync: fsync) : try BenchHub(fsync: fsync)
     // Attached replicas that never read: the hub must not slow the others down for them.
     let stalledClients = try (0..<stalled).map { _ in try RawBenchClient(socket: hub.socket) }
@@ -117,12 +118,17 @@ func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled
     for worker in workers {
         guard worker.readLine()?.hasPrefix("ready") == true else { throw SystemError("a worker failed to attach") }
     }
-    let metrics = try timedRun(workers, actions: total)
-    return Result(scenario: "hub.throughput",
-                  params: [("replicas", JSON(replicas)), ("app", .string(app == "codable" ? "codable-counter" : "json")),
-                           ("fsync", .string(fsync?.rawValue ?? "memory")),
-                           ("stalled", JSON(stalled)), ("window", JSON(dispatchWindow))],
-                  metrics: metrics)
+    // With `inspector`: `replica-cli inspect` in a process of its own, and a page (here, a
+    // thread reading its event stream as a browser does) receiving every action.
+    let page = inspector ? try InspectorPageReader(socket: hub.socket) : nil
+    defer { page?.stop() }
+    var metrics = try timedRun(workers, actions: total)
+    if let page { metrics.append(("page_bytes", Double(page.bytesRead))) }
+    var params: [(String, JSON)] = [("replicas", JSON(replicas)), ("app", .string(app == "codable" ? "codable-counter" : "json")),
+                                    ("fsync", .string(fsync?.rawValue ?? "memory")),
+                                    ("stalled", JSON(stalled)), ("window", JSON(dispatchWindow))]
+    if inspector { params.append(("inspector", 1)) }
+    return Result(scenario: "hub.throughput", params: params, metrics: metrics)
 }
 
 /// Dispatch→ack and dispatch→applied-by-every-replica round trips of one replica (one
@@ -258,4 +264,61 @@ func cpuMetrics(hub: CPUTime, workers: [CPUTime], actions: Int) -> [(String, Dou
             ("cpu_us_per_action_replica_dispatcher", perAction(dispatcher)), ("cpu_us_per_action_replica_reader", perAction(reader)),
             ("cpu_us_per_action_replica_writer", perAction(writer)),
             ("cpu_us_per_action_replica_other", perAction(replicas.total - reader - writer - dispatcher))]
+}
+
+/// `replica-cli inspect` (this executable with `--inspector`) and one page reading its live
+/// stream of actions, as a browser's `EventSource` does.
+final class InspectorPageReader: @unchecked Sendable {
+    // @unchecked: `fd` and `process` are set once in `init`; `read` and `stopping` are atomics;
+    // the reading thread touches nothing else.
+    private let process = Process()
+    private let fd: Int32
+    private let read = Atomic<Int>(0)
+    private let stopping = Atomic<Bool>(false)
+    private let done = Atomic<Bool>(false)
+
+    /// The bytes of events the page has read.
+    var bytesRead: Int { read.load(ordering: .acquiring) }
+
+    init(socket: String) throws {
+        process.executableURL = URL(fileURLWithPath: try selfExecutable())
+        process.arguments = ["--inspector", "--socket", socket]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        // Its first line is the URL: inspector: http://127.0.0.1:PORT/?token=TOKEN
+        var line = Data()
+        while !line.contains(0x0A) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { throw SystemError("the inspector ended before printing its URL") }
+            line.append(chunk)
+        }
+        let text = String(decoding: line.prefix { $0 != 0x0A }, as: UTF8.self)
+        guard let components = URLComponents(string: String(text.dropFirst("inspector: ".count))), let port = components.port,
+              let token = components.queryItems?.first(where: { $0.name == "token" })?.value else {
+            throw SystemError("no URL from the inspector: \(text)")
+        }
+        fd = try TCPSocket.connect(host: "127.0.0.1", port: port, timeoutMilliseconds: 5_000)
+        try UnixSocket.writeAll(fd, Array("GET /api/events?token=\(token) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\r\n".utf8))
+        Thread.detachNewThread { [self] in
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while !stopping.load(ordering: .relaxed) {
+                _ = UnixSocket.waitUntil(fd, timeoutMilliseconds: 100)
+                switch buffer.withUnsafeMutableBytes({ UnixSocket.read(fd, into: $0) }) {
+                case .bytes(let count): read.add(count, ordering: .releasing)
+                case .wouldBlock: continue
+                case .endOfFile, .failed: stopping.store(true, ordering: .relaxed)
+                }
+            }
+            done.store(true, ordering: .releasing)
+        }
+    }
+
+    func stop() {
+        stopping.store(true, ordering: .relaxed)
+        while !done.load(ordering: .acquiring) { usleep(1_000) }
+        UnixSocket.close(fd)
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+    }
 }

@@ -90,6 +90,14 @@ func hubRSS(actions: Int) throws -> [Result] {
     try RawBenchClient(socket: hub.socket).dispatchPipelined(actions)
     try result("after1M", hub)
 
+    // The same flow with the inspector attached and a page reading every action it streams.
+    let pageHub = try HubChildProcess()
+    defer { pageHub.stop() }
+    let page = try InspectorPageReader(socket: pageHub.socket)
+    defer { page.stop() }
+    try RawBenchClient(socket: pageHub.socket).dispatchPipelined(actions)
+    try result("page1M", pageHub, extra: [("page_bytes", Double(page.bytesRead))])
+
     let stalledHub = try HubChildProcess()
     defer { stalledHub.stop() }
     let stalled = try (0..<63).map { _ in try RawBenchClient(socket: stalledHub.socket) }

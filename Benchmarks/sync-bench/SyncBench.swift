@@ -1,3 +1,5 @@
+import BuiltinApps
+import StoreSyncCommands
 import SyncCore
 import SyncPOSIX
 #if canImport(Glibc)
@@ -34,7 +36,9 @@ let usage = """
                         outstanding: actions/s applied by every replica; N = 1, 4, 16, 64 in memory;
                         N = 4 with --fsync batch and always; N = 4 plus one attached replica that
                         never reads; N = 4 for a Codable app (app=codable-counter: the counter,
-                        decoded through its case table), with its ratio to the json app's run
+                        decoded through its case table), with its ratio to the json app's run;
+                        N = 4 with the inspector (replica-cli inspect, a process of its own) and
+                        one page reading every action it streams (inspector=1)
       hub.latency       dispatch→ack and dispatch→applied-by-all (p50/p99/p99.9) of one replica with
                         3 more attached, unloaded and at 50% of the N = 4 peak; each twice:
                         executor=global (the awaiting task resumed by the global pool) and
@@ -47,7 +51,8 @@ let usage = """
                         cluster on loopback (stream_replicas=3, with its own nats.publish);
                         hub.latency (log=nats) unloaded
       hub.rss           the hub's resident memory: at rest, with 64 idle replicas, after 1,000,000
-                        actions, after 1,000,000 actions with 63 of 64 replicas not reading, and
+                        actions, the same with the inspector and a page open (page1M), after
+                        1,000,000 actions with 63 of 64 replicas not reading, and
                         with a 10 MiB state and 50 joiners that never read their welcome (welcome50)
       hydrate           a new replica attaching to a 1 MiB state: connect to applied welcome, ms
       resume            a replica resuming 10,000 missed actions: hello to the last one read, ms
@@ -65,6 +70,7 @@ struct SyncBench {
         var subscriber: String?
         var replicaCounts: [Int]?
         var hubChild: String?
+        var inspector = false
         while let argument = cursor.next() {
             switch argument {
             case "--json": json = true
@@ -79,6 +85,7 @@ struct SyncBench {
             case "--app": app = cursor.next() ?? "json"
             case "--raw-sub", "--redis-sub": subscriber = argument
             case "--hub-child": hubChild = cursor.next()
+            case "--inspector": inspector = true
             case "-h", "--help":
                 Console.out(usage)
                 exit(0)
@@ -86,6 +93,11 @@ struct SyncBench {
                 Console.error("sync-bench: unknown argument \"\(argument)\"; see sync-bench --help")
                 exit(2)
             }
+        }
+        if inspector {
+            // The inspector (replica-cli inspect) as a process of its own, for hub.throughput with a page open.
+            await ReplicaCommand.main(apps: [JSONApp()], commandLine: ["replica-cli", "--socket", socket, "inspect", "--http", "127.0.0.1:0"])
+            exit(0)
         }
         if worker { runWorker(socket: socket, count: count, total: total, window: window, app: app) }
         if subscriber == "--raw-sub" { runRawSubscriber(socket: socket, count: count) }
@@ -124,7 +136,8 @@ struct SyncBench {
                     ratio(to: "hub/\(replicas)", as: "hub.throughput (memory)")
                 } else if param("app") == "codable-counter" {
                     ratio(to: "hub/\(replicas)", as: "hub.throughput (json app)")
-                } else if param("fsync") == "memory", result.params.first(where: { $0.0 == "stalled" })?.1 == 0 {
+                } else if param("fsync") == "memory", result.params.first(where: { $0.0 == "stalled" })?.1 == 0,
+                          result.params.first(where: { $0.0 == "inspector" }) == nil {
                     baselines["hub/\(replicas)"] = result.value
                     ratio(to: "raw/\(replicas)", as: "raw.throughput")
                     ratio(to: "redis/\(replicas)", as: "redis.throughput")
@@ -178,6 +191,8 @@ struct SyncBench {
                     report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, fsync: .batch))
                     report(try hubThroughput(replicas: 4, actions: quick ? 2_000 : 20_000, fsync: .always))
                     report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, stalled: 1))
+                    // The inspector attached and one page reading every action it streams.
+                    report(try hubThroughput(replicas: 4, actions: quick ? 20_000 : 200_000, inspector: true))
                 }
                 if wanted("hub.latency") {
                     // Each twice: the dispatching task resumed by the global pool (no preference),

@@ -40,8 +40,10 @@ public enum ReplicaCommand {
     /// Runs the command line for one of several apps (`--app`, or the hub's); returns when
     /// the command is done (errors exit the process with their status).
     ///
-    /// - Parameter apps: The apps this executable knows.
-    public static func main(apps: [any SyncApp]) async {
+    /// - Parameters:
+    ///   - apps: The apps this executable knows.
+    ///   - commandLine: The arguments, the executable first (default: this process's).
+    public static func main(apps: [any SyncApp], commandLine: [String] = CommandLine.arguments) async {
         let names = apps.map { type(of: $0).name }.joined(separator: ", ")
         func app(named name: String) -> (any SyncApp)? {
             apps.first { JSONKey(type(of: $0).name) == JSONKey(name) }
@@ -49,7 +51,7 @@ public enum ReplicaCommand {
         SignalPipe.unblockTerminationSignals()
         let options: ReplicaOptions
         do throws(UsageError) {
-            options = try ReplicaOptions.parse(CommandLine.arguments)
+            options = try ReplicaOptions.parse(commandLine)
         } catch {
             fail(error.message, status: 2)
         }

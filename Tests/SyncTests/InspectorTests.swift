@@ -111,14 +111,19 @@ struct InspectorTests {
         #expect(lifted["committedState"] == Self.state(after: 5))
         #expect(lifted["computedStates"]?.arrayValue?.last?["state"] == Self.state(after: 9))
         #expect(lifted["actionsById"]?["4"]?["action"] == (try JSON(parsing: Array(Self.action(9).utf8))))
-        // The live stream: what is kept, then each new action with the patch it made.
+        // The live stream: what is kept, then each new action.
         let stream = try TCPSocket.connect(host: "127.0.0.1", port: setup.port, timeoutMilliseconds: 5_000)
         defer { UnixSocket.close(stream) }
         try UnixSocket.writeAll(stream, Array("GET /api/events?token=\(token) HTTP/1.1\r\nHost: 127.0.0.1:\(setup.port)\r\n\r\n".utf8))
         _ = try HTTPProbe.readUntilClosed(stream, timeout: .seconds(10)) { String(decoding: $0, as: UTF8.self).contains(#""seq":9"#) }
         try await setup.dispatch([#"{"type":"set","path":"/n","value":10}"#])
         let live = try HTTPProbe.readUntilClosed(stream, timeout: .seconds(10)) { String(decoding: $0, as: UTF8.self).contains(#""seq":10"#) }
-        #expect(String(decoding: live, as: UTF8.self).contains(#""patch":[{"op":"replace","path":"/n","value":10}]"#))
+        #expect(String(decoding: live, as: UTF8.self).contains(#""type":"set""#))
+        // The patch an action made, computed when asked.
+        let at10 = try JSON(parsing: try setup.get("/api/state?seq=10&token=\(token)").body)
+        #expect(at10["patch"] == [["op": "replace", "path": "/n", "value": 10]])
+        let at2 = try JSON(parsing: try setup.get("/api/state?seq=2&token=\(token)").body)
+        #expect(at2["patch"] == [["op": "replace", "path": "/n", "value": 2]], "from the data directory too")
         // A stream nobody reads does not hold anything up: 300 more actions, then a page loads.
         let sleeper = try TCPSocket.connect(host: "127.0.0.1", port: setup.port, timeoutMilliseconds: 5_000)
         defer { UnixSocket.close(sleeper) }

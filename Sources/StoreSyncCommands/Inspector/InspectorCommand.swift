@@ -119,18 +119,14 @@ enum InspectorCommand {
         } catch {
             fail("inspect: \(error.message)")
         }
-        // The patch of each action, as the store saw it applied (one state per action, in order).
-        let diffs = StateDiffs(start: app.encodeState(replica.store.state))
-        let subscription = replica.store.subscribe { state in diffs.applied(app.encodeState(state)) }
-        defer { subscription.cancel() }
+        // Each action as it is applied; nothing is computed from the state per action (a
+        // patch is computed when the page asks for it).
         let observer = replica.observeEvents { replicaEvent in
             switch replicaEvent {
             case .action(let seq, let origin, let id, _, let json, let stamp):
-                let line = model.append(SequencedAction(seq: seq, origin: origin, id: id, action: json, stamp: stamp),
-                                        patch: diffs.nextPatch())
+                let line = model.append(SequencedAction(seq: seq, origin: origin, id: id, action: json, stamp: stamp))
                 server.broadcast(Self.event("action", line))
             case .connection(.rehydrated(let seq)):
-                diffs.restart(at: app.encodeState(replica.store.state))
                 model.restart(state: replica.store.state, seq: seq)
                 server.broadcast(Self.event("reset", JSON(seq).canonicalBytes))
             default:
@@ -161,8 +157,7 @@ enum InspectorCommand {
     }
 
     /// A model holding, from the start, the last actions before the replica's welcome (the
-    /// hub's resume window), each with its patch: the page shows history at once, not only
-    /// what happens next. When the state before them cannot be rebuilt (the window no longer
+    /// hub's resume window): the page shows history at once, not only what happens next. When the state before them cannot be rebuilt (the window no longer
     /// reaches seq 1 and no data directory is given), the model starts empty at the welcome.
     ///
     /// - Parameters:
@@ -202,13 +197,7 @@ enum InspectorCommand {
         }
         guard actions.count == Int(seq - first + 1) else { return empty }
         let model = InspectorModel(app: app, state: base, seq: first - 1, keep: keep, dataDirectory: dataDirectory)
-        var before = app.encodeState(base)
-        for action in actions {
-            ReplicaCommand.apply(app, action.action, seq: action.seq, to: &base)
-            let after = app.encodeState(base)
-            model.append(action, patch: JSONPatch.diff(from: before, to: after))
-            before = after
-        }
+        for action in actions { model.append(action) }
         return model
     }
 
@@ -238,9 +227,9 @@ enum InspectorCommand {
             return .response(status: 200, contentType: "application/json", body: body)
         case "/api/state":
             guard let at = seq("seq") else { return json(["error": "state needs ?seq=N"], status: 400) }
-            switch model.state(at: at, hubWindow: { hubActions(socketPath: socketPath, through: $0) }) {
-            case .success(let (state, source)):
-                return json(["seq": JSON(at), "state": state, "source": .string(source)])
+            switch model.stateAndPatch(at: at, hubWindow: { hubActions(socketPath: socketPath, through: $0) }) {
+            case .success(let (state, patch, source)):
+                return json(["seq": JSON(at), "state": state, "patch": .array(patch), "source": .string(source)])
             case .failure(let error):
                 return json(["error": .string(error.message), "seq": JSON(at)], status: 404)
             }

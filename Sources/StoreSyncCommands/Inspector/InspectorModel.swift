@@ -17,7 +17,7 @@ final class InspectorModel<App: SyncApp>: Sendable {
     struct Entry: Sendable {
         /// The action as sequenced.
         let action: SequencedAction
-        /// Its line for the page (`{"action":…,"origin":…,"patch":[…],"seq":…,"time":…,"type":…}`).
+        /// Its line for the page (`{"action":…,"id":…,"origin":…,"origin_name":…,"seq":…,"time":…,"type":…}`).
         let line: [UInt8]
     }
 
@@ -57,16 +57,16 @@ final class InspectorModel<App: SyncApp>: Sendable {
         ring = Locked(Ring(base: state, baseSeq: seq))
     }
 
-    /// Adds a sequenced action (the reader's thread), and returns its line.
+    /// Adds a sequenced action (the reader's thread), and returns its line. Nothing is
+    /// computed from the state here: the patch an action made is computed when a page asks
+    /// for it (``state(at:hubWindow:)``), so a page costs the hub's replicas nothing per action.
     ///
-    /// - Parameters:
-    ///   - action: The action.
-    ///   - patch: The JSON Patch it made.
+    /// - Parameter action: The action.
     /// - Returns: Its line for the page.
     @discardableResult
-    func append(_ action: SequencedAction, patch: [JSON]) -> [UInt8] {
+    func append(_ action: SequencedAction) -> [UInt8] {
         var members: [JSONKey: JSON] = ["seq": JSON(action.seq), "origin": JSON(action.origin), "id": action.id.json,
-                                        "action": action.action, "patch": .array(patch)]
+                                        "action": action.action]
         if let name = action.stamp.originName { members["origin_name"] = .string(name) }
         if let time = action.stamp.time { members["time"] = JSON(Int(truncatingIfNeeded: time)) }
         if let type = action.action["type"]?.stringValue { members["type"] = .string(type) }
@@ -108,6 +108,26 @@ final class InspectorModel<App: SyncApp>: Sendable {
         ring.withLock { ring in
             let kept = ring.entries[ring.head...].filter { $0.action.seq > seq }
             return kept.suffix(limit).map(\.line)
+        }
+    }
+
+    /// The state right after `seq`, the JSON Patch that action made (from the state after
+    /// `seq` − 1; empty at seq 0), and where they were rebuilt from; or why they cannot be.
+    ///
+    /// - Parameters:
+    ///   - seq: The seq.
+    ///   - hubWindow: Reads the hub's actions 1…`seq` when its window reaches seq 1 (`nil`: it
+    ///     does not).
+    /// - Returns: The state's JSON, the patch, and the source; or the reason.
+    func stateAndPatch(at seq: UInt64, hubWindow: (UInt64) -> [SequencedAction]?) -> Result<(JSON, [JSON], String), InspectorError> {
+        switch state(at: seq, hubWindow: hubWindow) {
+        case .failure(let error):
+            return .failure(error)
+        case .success(let (after, source)):
+            guard seq > 0, case .success(let (before, _)) = state(at: seq - 1, hubWindow: hubWindow) else {
+                return .success((after, [], source))
+            }
+            return .success((after, JSONPatch.diff(from: before, to: after), source))
         }
     }
 

@@ -76,12 +76,15 @@ final class InspectorServer: Sendable {
     ///
     /// - Parameter bytes: Server-sent event bytes.
     func broadcast(_ bytes: [UInt8]) {
-        outbox.withLock { box in
-            guard !box.overflow else { return }
+        // One wake-up per batch: only the first chunk into an empty outbox wakes the server.
+        let wasEmpty = outbox.withLock { box -> Bool in
+            guard !box.overflow else { return false }
             box.chunks.append(bytes)
             box.bytes += bytes.count
             if box.bytes > 16 << 20 { box.overflow = true }
+            return box.chunks.count == 1
         }
+        guard wasEmpty else { return }
         var byte: UInt8 = 1
         _ = Glibc_write(wake.write, &byte, 1)
     }
