@@ -95,6 +95,11 @@ struct InspectorTests {
             #expect(!answer.text.contains(token))
         }
         #expect(try HTTPProbe.send(port: setup.port, Array("POST / HTTP/1.1\r\n\r\n".utf8)).headers["allow"] == "GET")
+        // A flood of refused requests spends its own budget: the page's requests still pass.
+        var limited = 0
+        for _ in 0..<150 where try setup.get("/api/status").status == 429 { limited += 1 }
+        #expect(limited > 0, "the refused requests are rate-limited")
+        #expect(try setup.get("/api/status?token=\(token)").status == 200)
         // States: kept here (seq 7…9), rebuilt from the data directory (seq 2), not yet sequenced (100).
         for seq in [9, 7, 2, 0] {
             let answer = try setup.get("/api/state?seq=\(seq)&token=\(token)")

@@ -136,7 +136,9 @@ enum InspectorCommand {
         defer { observer.cancel() }
         replica.startReading()
         Thread.detachNewThread { server.run() }
-        let shown = arguments.host.contains(":") ? "[\(arguments.host)]" : arguments.host
+        // The address it listens on, never the name `localhost`: a browser may try ::1 first for
+        // that name, where another local user could listen and be sent the token.
+        let shown = arguments.host == "::1" ? "[::1]" : "127.0.0.1"
         Console.out("inspector: http://\(shown):\(listening.port)/?token=\(token)")
         Console.out("inspector: open it in a browser on this machine; from another, forward the port first: ssh -L \(listening.port):127.0.0.1:\(listening.port) THIS-HOST")
         // The hub's status once a second: replicas, lag, storage and the log's health.
@@ -236,7 +238,12 @@ enum InspectorCommand {
         case "/api/status":
             return json(model.statusJSON())
         case "/api/devtools":
-            return json(model.devTools(), headers: [("Content-Disposition", "attachment; filename=\"storesync-devtools.json\"")])
+            switch model.devTools() {
+            case .success(let lifted):
+                return json(lifted, headers: [("Content-Disposition", "attachment; filename=\"storesync-devtools.json\"")])
+            case .failure(let error):
+                return json(["error": .string(error.message)], status: 413)
+            }
         default:
             return json(["error": "no such page"], status: 404)
         }

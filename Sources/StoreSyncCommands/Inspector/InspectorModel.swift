@@ -167,19 +167,28 @@ final class InspectorModel<App: SyncApp>: Sendable {
         return .failure(InspectorError("seq \(seq) is older than the \(keep) actions the inspector keeps, and the hub's resume window no longer starts at seq 1: give the inspector the hub's data directory (--data-dir DIR) to rebuild it from the newest snapshot at or before it"))
     }
 
+    /// The most bytes of states one DevTools export holds (it holds the state after every action).
+    static var maxExportBytes: Int { 256 << 20 }
+
     /// The inspector's page data in Redux DevTools' own format (the lifted state its Import
     /// reads): every kept action, the state before them as the committed state, and the state
-    /// after each.
-    func devTools() -> JSON {
+    /// after each; refused when those states pass ``maxExportBytes``.
+    func devTools() -> Result<JSON, InspectorError> {
         let (base, actions) = ring.withLock { ring in (ring.base, ring.entries[ring.head...].map(\.action)) }
         var state = base
         var states: [JSON] = []
+        var bytes = 0
         states.reserveCapacity(actions.count)
         for action in actions {
             ReplicaCommand.apply(app, action.action, seq: action.seq, to: &state)
-            states.append(app.encodeState(state))
+            let encoded = app.encodeState(state)
+            bytes += encoded.canonicalBytes.count
+            guard bytes <= Self.maxExportBytes else {
+                return .failure(InspectorError("the states after the \(actions.count) kept actions pass \(Self.maxExportBytes >> 20) MiB; export a smaller range with replica-cli history --from A --to B --devtools FILE"))
+            }
+            states.append(encoded)
         }
-        return DevToolsExport.liftedState(committed: app.encodeState(base), actions: actions, states: states)
+        return .success(DevToolsExport.liftedState(committed: app.encodeState(base), actions: actions, states: states))
     }
 
     /// The last `status` with what the inspector keeps.

@@ -16,11 +16,16 @@ import SyncPOSIX
 /// Loopback only (``TCPSocket/listenOnLoopback(host:port:)``), `GET` only, every request
 /// checked by ``InspectorAccess``, and every resource a client can make it hold bounded:
 /// at most ``Limits/maxConnections`` connections (one more gets 503), a request head of at
-/// most 8 KiB (431), at most ``Limits/requestsPerSecond`` requests a second with a burst of
-/// twice that (429), a whole head within ``Limits/headTimeout`` (then it is closed), and for a
-/// live stream (server-sent events) at most ``Limits/maxStreamBytes`` queued for a reader that
-/// does not read (then that stream is closed; the page reconnects). Every answer but a stream
-/// closes its connection.
+/// most 8 KiB (431), at most ``Limits/requestsPerSecond`` allowed requests a second with a
+/// burst of twice that, and as many refused ones on a budget of their own, so a flood of bad
+/// requests cannot starve the page (429), a whole head within ``Limits/headTimeout`` and an
+/// answer read with progress at least that often (else it is closed), and for a live stream
+/// (server-sent events) at most ``Limits/maxStreamBytes`` queued for a reader that does not
+/// read (then that stream is closed; the page reconnects). Every answer but a stream closes
+/// its connection.
+///
+/// The handler runs on a queue of its own, not on the server's thread: a slow answer (a state
+/// rebuilt from a data directory) holds up no stream and no other client.
 final class InspectorServer: Sendable {
     /// The bounds.
     struct Limits: Sendable {
@@ -51,6 +56,10 @@ final class InspectorServer: Sendable {
     private let wake: (read: Int32, write: Int32)
     /// Event bytes for every stream, handed over by other threads.
     private let outbox = Locked<(chunks: [[UInt8]], bytes: Int, overflow: Bool, stop: Bool)>(([], 0, false, false))
+    /// Answers the handler finished, by client number, for the server's thread to send.
+    private let answered = Locked<[(client: UInt64, reply: Reply)]>([])
+    /// Where the handler runs (one request at a time, in order).
+    private let handlerQueue = DispatchQueue(label: "storesync.inspector.handler")
 
     /// Creates the server on a listening descriptor.
     ///
@@ -99,14 +108,21 @@ final class InspectorServer: Sendable {
     /// One client connection (the server's thread only).
     private final class Client {
         let fd: Int32
+        /// Its number, unique for the server's run (a descriptor number is reused).
+        let number: UInt64
         var input: [UInt8] = []
         var output: [UInt8] = []
         var written = 0
         var isStream = false
         var closeWhenWritten = false
-        let deadline: ContinuousClock.Instant
-        init(fd: Int32, deadline: ContinuousClock.Instant) {
+        /// Its request is with the handler.
+        var awaitingAnswer = false
+        /// Its whole head must have arrived by then; then, while an answer is written, it must
+        /// have read some of it by then (moved on at each progress).
+        var deadline: ContinuousClock.Instant
+        init(fd: Int32, number: UInt64, deadline: ContinuousClock.Instant) {
             self.fd = fd
+            self.number = number
             self.deadline = deadline
         }
         var pending: Int { output.count - written }
@@ -115,8 +131,9 @@ final class InspectorServer: Sendable {
     /// Serves until ``stop()``; then closes every connection and the listener.
     func run() {
         var clients: [Int32: Client] = [:]
-        var tokens = Double(limits.requestsPerSecond * 2)
-        var refilled = ContinuousClock.now
+        var numbers: UInt64 = 0
+        var allowedBudget = Budget(perSecond: limits.requestsPerSecond)
+        var refusedBudget = Budget(perSecond: limits.requestsPerSecond)
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
         defer {
             for client in clients.values { UnixSocket.close(client.fd) }
@@ -128,7 +145,7 @@ final class InspectorServer: Sendable {
             var set = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0), pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
             let order = Array(clients.values)
             for client in order {
-                var events: Int16 = client.isStream || client.closeWhenWritten ? 0 : Int16(POLLIN)
+                var events: Int16 = client.isStream || client.closeWhenWritten || client.awaitingAnswer ? 0 : Int16(POLLIN)
                 if client.pending > 0 { events |= Int16(POLLOUT) }
                 // A stream is polled for input too: its peer closing is how it ends.
                 if client.isStream { events |= Int16(POLLIN) }
@@ -145,6 +162,24 @@ final class InspectorServer: Sendable {
                 return (box.chunks, box.overflow, box.stop)
             }
             if stopping { return }
+            let replies: [(client: UInt64, reply: Reply)] = answered.withLock { list in
+                let taken = list
+                list = []
+                return taken
+            }
+            for (number, reply) in replies {
+                guard let client = clients.values.first(where: { $0.number == number }) else { continue }
+                client.awaitingAnswer = false
+                switch reply {
+                case .response(let status, let contentType, let body, let headers):
+                    client.output += Self.head(status: status, contentType: contentType, length: body.count, headers: headers) + body
+                    client.closeWhenWritten = true
+                    client.deadline = now + limits.headTimeout
+                case .stream(let initial):
+                    client.output += Self.streamHead() + initial
+                    client.isStream = true
+                }
+            }
             for client in clients.values where client.isStream {
                 if overflow {
                     client.closeWhenWritten = true
@@ -167,7 +202,8 @@ final class InspectorServer: Sendable {
                         UnixSocket.close(fd)
                         continue
                     }
-                    clients[fd] = Client(fd: fd, deadline: now + limits.headTimeout)
+                    numbers += 1
+                    clients[fd] = Client(fd: fd, number: numbers, deadline: now + limits.headTimeout)
                 }
             }
             for (index, client) in order.enumerated() {
@@ -177,9 +213,9 @@ final class InspectorServer: Sendable {
                     let result = buffer.withUnsafeMutableBytes { UnixSocket.read(client.fd, into: $0) }
                     switch result {
                     case .bytes(let count):
-                        if !client.isStream, !client.closeWhenWritten {
+                        if !client.isStream, !client.closeWhenWritten, !client.awaitingAnswer {
                             client.input += buffer[0..<count]
-                            serve(client, tokens: &tokens, refilled: &refilled, now: now)
+                            serve(client, allowed: &allowedBudget, refused: &refusedBudget, now: now)
                         }
                     case .wouldBlock:
                         break
@@ -192,7 +228,9 @@ final class InspectorServer: Sendable {
                 if client.pending > 0 {
                     let result = client.output[client.written...].withUnsafeBytes { UnixSocket.write(client.fd, $0, dontWait: true) }
                     switch result {
-                    case .bytes(let count): client.written += count
+                    case .bytes(let count):
+                        client.written += count
+                        if client.closeWhenWritten { client.deadline = now + limits.headTimeout }
                     case .wouldBlock: break
                     case .endOfFile, .failed:
                         UnixSocket.close(client.fd)
@@ -204,7 +242,8 @@ final class InspectorServer: Sendable {
                         client.written = 0
                     }
                 }
-                let late = !client.isStream && !client.closeWhenWritten && now >= client.deadline
+                // A head that never ends, or an answer nobody reads: closed (a stream has its own bound).
+                let late = !client.isStream && !client.awaitingAnswer && now >= client.deadline
                 if late || (client.closeWhenWritten && client.pending == 0) {
                     UnixSocket.close(client.fd)
                     clients[client.fd] = nil
@@ -214,38 +253,55 @@ final class InspectorServer: Sendable {
     }
 
     /// Answers the request a client has sent, once its head is whole.
-    private func serve(_ client: Client, tokens: inout Double, refilled: inout ContinuousClock.Instant, now: ContinuousClock.Instant) {
+    private func serve(_ client: Client, allowed: inout Budget, refused: inout Budget, now: ContinuousClock.Instant) {
         switch HTTPRequest.parse(client.input) {
         case .incomplete:
             return
         case .malformed(let status, let reason):
+            guard refused.take(now: now) else { return respond(client, status: 429, body: "too many requests; slow down") }
             respond(client, status: status, body: reason)
         case .request(let request, _):
-            let (seconds, attoseconds) = (now - refilled).components
-            let elapsed = Double(seconds) + Double(attoseconds) / 1e18
-            refilled = now
-            tokens = min(Double(limits.requestsPerSecond * 2), tokens + elapsed * Double(limits.requestsPerSecond))
-            guard tokens >= 1 else {
-                respond(client, status: 429, body: "more than \(limits.requestsPerSecond) requests a second; slow down")
-                return
-            }
-            tokens -= 1
             switch access.decide(request) {
             case .refuse(let status, let reason):
+                // Refused requests spend a budget of their own: a flood of them cannot starve the page.
+                guard refused.take(now: now) else { return respond(client, status: 429, body: "too many requests; slow down") }
                 respond(client, status: status, body: reason,
                         headers: status == 405 ? [("Allow", "GET")] : [])
             case .allow:
-                switch handler(request) {
-                case .response(let status, let contentType, let body, let headers):
-                    client.output += Self.head(status: status, contentType: contentType, length: body.count, headers: headers) + body
-                    client.closeWhenWritten = true
-                case .stream(let initial):
-                    client.output += Self.streamHead() + initial
-                    client.isStream = true
+                guard allowed.take(now: now) else {
+                    return respond(client, status: 429, body: "more than \(limits.requestsPerSecond) requests a second; slow down")
+                }
+                client.awaitingAnswer = true
+                let number = client.number, handler = self.handler, answered = self.answered, wake = self.wake.write
+                handlerQueue.async {
+                    let reply = handler(request)
+                    answered.withLock { $0.append((number, reply)) }
+                    var byte: UInt8 = 1
+                    _ = Glibc_write(wake, &byte, 1)
                 }
             }
         }
         client.input = []
+    }
+
+    /// A token bucket: `perSecond` a second, bursts of twice that.
+    private struct Budget {
+        let perSecond: Int
+        var tokens: Double
+        var refilled = ContinuousClock.now
+        init(perSecond: Int) {
+            self.perSecond = perSecond
+            tokens = Double(perSecond * 2)
+        }
+        /// Takes one token, if there is one.
+        mutating func take(now: ContinuousClock.Instant) -> Bool {
+            let (seconds, attoseconds) = (now - refilled).components
+            refilled = now
+            tokens = min(Double(perSecond * 2), tokens + (Double(seconds) + Double(attoseconds) / 1e18) * Double(perSecond))
+            guard tokens >= 1 else { return false }
+            tokens -= 1
+            return true
+        }
     }
 
     private func respond(_ client: Client, status: Int, body: String, headers: [(String, String)] = []) {
