@@ -21,9 +21,8 @@ final class InspectorModel<App: SyncApp>: Sendable {
         let line: [UInt8]
     }
 
-    private struct Ring: @unchecked Sendable {
-        // @unchecked: `App.State` need not be Sendable; the ring is only touched under the
-        // model's lock, and the state is copied out (a value) before it leaves it.
+    /// Only touched under the model's lock; the state is copied out (a value) before it leaves it.
+    private struct Ring: Sendable {
         var entries: [Entry] = []
         var head = 0
         var bytes = 0
