@@ -66,15 +66,21 @@ public enum HubCommand {
             exit(0)
         }
         let appName = options.appName ?? defaultApp
-        let (dataDirectory, logURL, checkData, export, exportAt) = (options.dataDirectory, options.logURL, options.checkData,
-                                                                   options.export, options.exportAt)
-        if let export, let exportAt {
-            guard let fingerprint = DataDirectory.fingerprint(of: export) else {
-                hubFail("\(export) is not a StoreSync data directory (no readable storesync.json)", status: 1)
-            }
-            guard let app = apps.first(where: { JSONKey(type(of: $0).fingerprint) == JSONKey(fingerprint) }) else {
-                hubFail("\(export) was written by app \(fingerprint), which this \(program) does not have", status: 1)
-            }
+        if let export = options.export { exportData(export, at: options.exportAt, apps: apps, program: program) }
+        let sharedLog = options.logURL.map { sharedLogConfiguration($0, options: options, program: program) }
+        if let checkData = options.checkData { checkDataDirectory(checkData, repair: options.repair, apps: apps, program: program) }
+        guard let app = apps.first(where: { JSONKey(type(of: $0).name) == JSONKey(appName) }) else {
+            hubFail("unknown app \"\(appName)\"; the apps are \(names) (\(program) --list-apps)", status: 2)
+        }
+        let logs = LogWriter(prefix: "\(program): ")
+        let configuration = hubConfiguration(options, appName: appName, sharedLog: sharedLog, program: program, logs: logs)
+        serve(app, configuration: configuration, logs: logs)
+    }
+
+    /// `--export DIR [--at SEQ]`: prints what a data directory holds (or the state at SEQ) and exits.
+    private static func exportData(_ export: String, at exportAt: UInt64?, apps: [any SyncApp], program: String) -> Never {
+        if let exportAt {
+            let app = appOf(dataDirectory: export, apps: apps, program: program)
             func printState<App: SyncApp>(_ app: App) -> Never {
                 do throws(StorageError) {
                     Console.out(try DataDirectory.state(export, app: app, at: exportAt).canonicalString)
@@ -85,73 +91,76 @@ public enum HubCommand {
             }
             printState(app)
         }
-        if let export {
-            do throws(StorageError) {
-                try DataDirectory.export(export) { line in Console.out(line.canonicalString) }
-                exit(0)
-            } catch {
-                hubFail(error.message, status: 1)
-            }
+        do throws(StorageError) {
+            try DataDirectory.export(export) { line in Console.out(line.canonicalString) }
+            exit(0)
+        } catch {
+            hubFail(error.message, status: 1)
         }
-        var sharedLog: SharedLogConfiguration?
-        if let logURL {
-            switch SharedLogConfiguration.parse(logURL) {
-            case .success(var configuration):
-                if let natsReplicas = options.natsReplicas { configuration.replicas = natsReplicas }
-                configuration.retainActions = options.retainActions.map { UInt64($0) }
-                switch SharedLogCredentials.resolve(into: &configuration, file: options.natsCredentials,
-                                                    environment: environmentValues(["CREDENTIALS_DIRECTORY", "STORESYNC_NATS_USER", "STORESYNC_NATS_PASSWORD", "STORESYNC_NATS_TOKEN"])) {
-                case .success(let source):
-                    if source != nil {
-                        // From here on the process holds a secret: no core dump may carry it.
-                        SecretFile.keepOutOfCoreDumps()
-                    }
-                    if source == "the --log URL" {
-                        Console.error("\(program): warning: the NATS credentials are in the --log URL, where every local user can read them (ps); put them in a file given with --nats-credentials FILE (docs/OPERATIONS.md §20, \"Credentials\")")
-                    }
-                case .failure(let error):
-                    hubFail("--nats-credentials: \(error.message)", status: 2)
-                }
-                let credentialsDirectory = environmentValues(["CREDENTIALS_DIRECTORY"])["CREDENTIALS_DIRECTORY"]
-                switch LogKeys.load(file: options.logKeyFile, credentialsDirectory: options.logUnauthenticated ? nil : credentialsDirectory) {
-                case .success(let keys?):
-                    configuration.keys = keys
-                    SecretFile.keepOutOfCoreDumps()
-                case .success(nil):
-                    guard options.logUnauthenticated else {
-                        hubFail("--log \(configuration.redacted) needs the key that authenticates the stream's records, shared by every hub of the stream: make one with `head -c 32 /dev/urandom | base64 > /etc/storesync/log-key; chmod 600 /etc/storesync/log-key`, copy it to every hub's host, and give it with --log-key-file FILE (or LoadCredential=storesync-log-key:FILE under systemd). On a network where every NATS user is trusted, --log-unauthenticated runs without one (docs/OPERATIONS.md §20)", status: 2)
-                    }
-                    configuration.keys = .unauthenticated
-                case .failure(let error):
-                    hubFail("--log-key-file: \(error.message)", status: 2)
-                }
-                sharedLog = configuration
-            case .failure(let error):
-                hubFail("--log: \(error.message)", status: 2)
-            }
-        }
+    }
 
-        func check<App: SyncApp>(_ app: App, _ directory: String, repair: Bool) -> Never {
+    /// `--check-data DIR [--repair]`: verifies a data directory offline and exits (0: usable, 1: not).
+    private static func checkDataDirectory(_ directory: String, repair: Bool, apps: [any SyncApp], program: String) -> Never {
+        func check<App: SyncApp>(_ app: App) -> Never {
             let report = DataDirectory.check(directory, app: app, repair: repair)
             for line in report.lines { print(line) }
             exit(report.healthy ? 0 : 1)
         }
+        check(appOf(dataDirectory: directory, apps: apps, program: program))
+    }
 
-        if let checkData {
-            guard let fingerprint = DataDirectory.fingerprint(of: checkData) else {
-                hubFail("\(checkData) is not a StoreSync data directory (no readable storesync.json)", status: 1)
-            }
-            guard let app = apps.first(where: { JSONKey(type(of: $0).fingerprint) == JSONKey(fingerprint) }) else {
-                hubFail("\(checkData) was written by app \(fingerprint), which this \(program) does not have", status: 1)
-            }
-            check(app, checkData, repair: options.repair)
+    /// The app that wrote a data directory (exit 1 when it is not one, or this program lacks the app).
+    private static func appOf(dataDirectory directory: String, apps: [any SyncApp], program: String) -> any SyncApp {
+        guard let fingerprint = DataDirectory.fingerprint(of: directory) else {
+            hubFail("\(directory) is not a StoreSync data directory (no readable storesync.json)", status: 1)
         }
-
-        guard let app = apps.first(where: { JSONKey(type(of: $0).name) == JSONKey(appName) }) else {
-            hubFail("unknown app \"\(appName)\"; the apps are \(names) (\(program) --list-apps)", status: 2)
+        guard let app = apps.first(where: { JSONKey(type(of: $0).fingerprint) == JSONKey(fingerprint) }) else {
+            hubFail("\(directory) was written by app \(fingerprint), which this \(program) does not have", status: 1)
         }
+        return app
+    }
 
-        let logs = LogWriter(prefix: "\(program): ")
+    /// `--log nats://…` with its credentials and key (exit 2 when one is missing or unusable).
+    private static func sharedLogConfiguration(_ logURL: String, options: HubOptions, program: String) -> SharedLogConfiguration {
+        var configuration: SharedLogConfiguration
+        switch SharedLogConfiguration.parse(logURL) {
+        case .success(let parsed): configuration = parsed
+        case .failure(let error): hubFail("--log: \(error.message)", status: 2)
+        }
+        if let natsReplicas = options.natsReplicas { configuration.replicas = natsReplicas }
+        configuration.retainActions = options.retainActions.map { UInt64($0) }
+        switch SharedLogCredentials.resolve(into: &configuration, file: options.natsCredentials,
+                                            environment: environmentValues(["CREDENTIALS_DIRECTORY", "STORESYNC_NATS_USER", "STORESYNC_NATS_PASSWORD", "STORESYNC_NATS_TOKEN"])) {
+        case .success(let source):
+            if source != nil {
+                // From here on the process holds a secret: no core dump may carry it.
+                SecretFile.keepOutOfCoreDumps()
+            }
+            if source == "the --log URL" {
+                Console.error("\(program): warning: the NATS credentials are in the --log URL, where every local user can read them (ps); put them in a file given with --nats-credentials FILE (docs/OPERATIONS.md §20, \"Credentials\")")
+            }
+        case .failure(let error):
+            hubFail("--nats-credentials: \(error.message)", status: 2)
+        }
+        let credentialsDirectory = environmentValues(["CREDENTIALS_DIRECTORY"])["CREDENTIALS_DIRECTORY"]
+        switch LogKeys.load(file: options.logKeyFile, credentialsDirectory: options.logUnauthenticated ? nil : credentialsDirectory) {
+        case .success(let keys?):
+            configuration.keys = keys
+            SecretFile.keepOutOfCoreDumps()
+        case .success(nil):
+            guard options.logUnauthenticated else {
+                hubFail("--log \(configuration.redacted) needs the key that authenticates the stream's records, shared by every hub of the stream: make one with `head -c 32 /dev/urandom | base64 > /etc/storesync/log-key; chmod 600 /etc/storesync/log-key`, copy it to every hub's host, and give it with --log-key-file FILE (or LoadCredential=storesync-log-key:FILE under systemd). On a network where every NATS user is trusted, --log-unauthenticated runs without one (docs/OPERATIONS.md §20)", status: 2)
+            }
+            configuration.keys = .unauthenticated
+        case .failure(let error):
+            hubFail("--log-key-file: \(error.message)", status: 2)
+        }
+        return configuration
+    }
+
+    /// The hub's configuration from the options, with its logger writing `PROGRAM: …` lines.
+    private static func hubConfiguration(_ options: HubOptions, appName: String, sharedLog: SharedLogConfiguration?,
+                                         program: String, logs: LogWriter) -> HubConfiguration {
         let stamped = options.logTimestamps ?? LogTimestamp.standardErrorIsTerminal
         var configuration = HubConfiguration(
             socketPath: SocketPath.resolve(explicit: options.socket, app: appName),
@@ -163,7 +172,7 @@ public enum HubCommand {
                 logs.write(stamped ? LogTimestamp.now() + " " + line : line)
             }
         )
-        configuration.dataDirectory = dataDirectory
+        configuration.dataDirectory = options.dataDirectory
         configuration.sharedLog = sharedLog
         if let fsyncMode = options.fsyncMode { configuration.fsync = fsyncMode }
         if let snapshotEvery = options.snapshotEvery { configuration.snapshotEvery = snapshotEvery }
@@ -178,7 +187,7 @@ public enum HubCommand {
         configuration.allowedUIDs = options.allowedUIDs
         configuration.maxClients = options.maxClients
         configuration.checkDeterminism = options.checkDeterminism
-        serve(app, configuration: configuration, logs: logs)
+        return configuration
     }
 }
 
