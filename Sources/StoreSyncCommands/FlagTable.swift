@@ -43,6 +43,17 @@ struct Flag<Options> {
         Flag(names: [name], takesValue: true, ends: false, help: help.isEmpty ? [] : [(label ?? name, help)], apply: apply)
     }
 
+    /// A flag whose value is kept as it is, in one member of the options.
+    ///
+    /// - Parameters:
+    ///   - name: Its name.
+    ///   - label: The flag as the help shows it (default: the name).
+    ///   - help: Its help lines.
+    ///   - member: Where the value goes.
+    static func value(_ name: String, _ label: String? = nil, help: [String], into member: WritableKeyPath<Options, String?>) -> Flag {
+        .value(name, label, help: help) { options, text throws(UsageError) in options[keyPath: member] = text }
+    }
+
     /// A flag with no value.
     ///
     /// - Parameters:

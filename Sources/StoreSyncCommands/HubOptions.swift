@@ -169,9 +169,7 @@ struct HubOptions: Equatable {
             .value("--app", "--app NAME", help: [
                 "The app (reducer) to run: \(appList).",
                 "Every replica must run the same app; see --list-apps.",
-            ]) { options, text throws(UsageError) in
-                options.appName = text
-            },
+            ], into: \.appName),
             .value("--socket", "--socket PATH", help: [
                 "The Unix socket to listen on. Default: $STORESYNC_SOCKET, else",
                 "$XDG_RUNTIME_DIR/storesync/APP.sock, else",
@@ -184,9 +182,7 @@ struct HubOptions: Equatable {
                 "is allowed); otherwise the hub refuses to start and says why. A",
                 "live hub on the path is never displaced; a stale socket file is",
                 "replaced.",
-            ]) { options, text throws(UsageError) in
-                options.socket = text
-            },
+            ], into: \.socket),
             .value("--socket-mode", "--socket-mode MODE", help: [
                 "The socket file's mode, octal (default \(String(D.socketMode, radix: 8))): only this user may",
                 "connect. 0660 with --socket-group lets the group connect.",
@@ -229,9 +225,7 @@ struct HubOptions: Equatable {
                 "kill -9) recovers every acknowledged action and keeps its history",
                 "id. One hub per directory. Without it (and without --log nats://)",
                 "the hub is in memory and nothing survives the process.",
-            ]) { options, text throws(UsageError) in
-                options.dataDirectory = text
-            },
+            ], into: \.dataDirectory),
             Flag(names: ["--log"], takesValue: true, ends: false,
                  help: [("--log file:DIR", [
                      "The same as --data-dir DIR.",
@@ -261,9 +255,7 @@ struct HubOptions: Equatable {
                 "first signs, all verify. Without it:",
                 "$CREDENTIALS_DIRECTORY/storesync-log-key (systemd LoadCredential=).",
                 "A hub on a stream without a key refuses to start.",
-            ]) { options, text throws(UsageError) in
-                options.logKeyFile = text
-            },
+            ], into: \.logKeyFile),
             .switch("--log-unauthenticated", help: [
                 "With --log nats://: run without a key, on a network where every",
                 "NATS user is trusted: anyone who can publish to the stream can",
@@ -276,9 +268,7 @@ struct HubOptions: Equatable {
                 "(systemd LoadCredential=), then STORESYNC_NATS_USER and",
                 "STORESYNC_NATS_PASSWORD, or STORESYNC_NATS_TOKEN. Credentials in",
                 "the URL work too, but every local user sees them (ps).",
-            ]) { options, text throws(UsageError) in
-                options.natsCredentials = text
-            },
+            ], into: \.natsCredentials),
             .value("--nats-replicas", "--nats-replicas N", help: [
                 "With --log nats://: the stream's replicas when this hub creates it",
                 "(default 1; 3 across hosts).",
@@ -413,9 +403,7 @@ struct HubOptions: Equatable {
                 "Verify every snapshot and journal record in DIR offline, replay it,",
                 "print a summary (format, seqs, sizes, digest) and exit (0: usable,",
                 "1: not).",
-            ]) { options, text throws(UsageError) in
-                options.checkData = text
-            },
+            ], into: \.checkData),
             .switch("--repair", help: [
                 "With --check-data: truncate a torn tail (what follows the last",
                 "complete commit), saying exactly what is removed.",
@@ -426,9 +414,7 @@ struct HubOptions: Equatable {
                 "snapshot, {\"type\":\"snapshot\",\"seq\":…,\"digest\":…,\"state\":…}, then",
                 "every record after it as {\"type\":\"action\",\"seq\":…,\"origin\":…,",
                 "\"id\":…,\"action\":…} (with \"session\" and \"checkpoint\" when set).",
-            ]) { options, text throws(UsageError) in
-                options.export = text
-            },
+            ], into: \.export),
             .value("--at", "--at SEQ", help: [
                 "With --export: print instead the state as it was right after SEQ,",
                 "rebuilt with the app's reducer from the newest snapshot at or",

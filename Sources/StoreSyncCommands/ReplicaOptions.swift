@@ -209,20 +209,14 @@ struct ReplicaOptions: Equatable {
                 "Several paths (hubs on one shared log, hubd --log nats://…) are",
                 "tried in order; after a drop, attach and watch move to the next",
                 "one that answers and resume there (same history, same seqs).",
-            ]) { options, text throws(UsageError) in
-                options.socket = text
-            },
+            ], into: \.socket),
             .value("--app", "--app NAME", help: [
                 "The app to run (\(appNames)). Default: the hub's app,",
                 "taken from its status.",
-            ]) { options, text throws(UsageError) in
-                options.app = text
-            },
+            ], into: \.app),
             .value("--name", "--name NAME", help: [
                 "This replica's name in the hub's status and logs.",
-            ]) { options, text throws(UsageError) in
-                options.name = text
-            },
+            ], into: \.name),
             .switch("--json", help: [
                 "Machine-readable output for attach, state and status.",
             ]) { options in options.json = true },
@@ -241,18 +235,14 @@ struct ReplicaOptions: Equatable {
             ]) { options in options.noReconnect = true },
             .value("--pointer", "--pointer P", help: [
                 "With state: print only the value at JSON Pointer P.",
-            ]) { options, text throws(UsageError) in
-                options.pointer = text
-            },
+            ], into: \.pointer),
             .value("--hub-uid", "--hub-uid UID", help: [
                 "Trust a hub run by this user (name or number) besides yourself and",
                 "root (the same as $STORESYNC_HUB_UID). Before connecting, the socket's",
                 "directory must belong to one of them and be writable by no one else;",
                 "after, the process serving the socket must run as one of them.",
                 "Anything else is refused before a byte is sent.",
-            ]) { options, text throws(UsageError) in
-                options.hubUID = text
-            },
+            ], into: \.hubUID),
             .switch("--version", ends: true, help: [
                 "Print the StoreSync version and exit.",
             ]) { options in options.request = .version },
@@ -260,9 +250,7 @@ struct ReplicaOptions: Equatable {
                 "Print this help and exit.",
             ]) { options in options.request = .help },
             .switch("--diff", help: []) { options in options.diff = true },
-            .value("--type", help: []) { options, text throws(UsageError) in
-                options.filter.typeGlob = text
-            },
+            .value("--type", help: [], into: \.filter.typeGlob),
             .value("--origin", help: []) { options, text throws(UsageError) in
                 // Replica ids and names: a word of digits is an id, anything else a name.
                 let words = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
@@ -275,9 +263,7 @@ struct ReplicaOptions: Equatable {
                 options.filter.origins = ids.isEmpty ? nil : Set(ids)
                 options.filter.originNames = names.isEmpty ? nil : Set(names.map { JSONKey($0) })
             },
-            .value("--devtools", help: []) { options, text throws(UsageError) in
-                options.devtools = text
-            },
+            .value("--devtools", help: [], into: \.devtools),
             .value("--at", help: []) { options, text throws(UsageError) in
                 guard let seq = UInt64(text) else { throw UsageError("--at needs a seq (a whole number)") }
                 options.at = seq

@@ -168,7 +168,8 @@ struct InspectorTests {
     /// Opens the page in Chromium, waits until `condition` (JavaScript) holds, and returns the DOM.
     static func browse(_ setup: Setup, fragment: String, until condition: String, screenshot: String? = nil) async throws -> String {
         let chromium = try #require(chromium), python = try #require(python3)
-        var arguments = [browseScript, chromium, setup.url + fragment, condition, "--timeout", "20"]
+        var arguments = [browseScript, chromium, setup.url + fragment, condition, "--timeout", "20",
+                         "--profile", setup.fixture.directory + "/chromium-profile"]
         if let screenshot { arguments += ["--screenshot", screenshot] }
         let browser = try setup.fixture.spawn(python, arguments, name: "chromium \(fragment)")
         let status = try await browser.waitForExit(timeout: .seconds(60))
@@ -208,7 +209,8 @@ struct InspectorTests {
         let browser = try setup.fixture.spawn(python, [Self.browseScript, chromium, setup.url,
                                                        #"document.querySelector('#actions tr[data-seq="11"]') !== null"#,
                                                        "--ready", "document.querySelectorAll('#actions tbody tr').length >= 4",
-                                                       "--timeout", "30", "--screenshot", screenshot],
+                                                       "--timeout", "30", "--screenshot", screenshot,
+                                                       "--profile", setup.fixture.directory + "/chromium-profile"],
                                               name: "chromium live")
         // Dispatched only once the page shows what is kept: these two arrive live.
         try await waitUntil("the page to be live") { browser.errorLines.contains("ready") }

@@ -65,8 +65,9 @@ struct HTTPRequest: Equatable, Sendable {
             return .malformed(status: 400, "the target is not an absolute path of visible ASCII")
         }
         var headers: [String: String] = [:]
-        for line in lines.dropFirst() where !line.isEmpty {
-            guard headers.count < maxHeaders else { return .malformed(status: 431, "more than \(maxHeaders) header lines") }
+        let headerLines = lines.dropFirst().filter { !$0.isEmpty }
+        guard headerLines.count <= maxHeaders else { return .malformed(status: 431, "more than \(maxHeaders) header lines") }
+        for line in headerLines {
             guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { return .malformed(status: 400, "a header line without a colon") }
             let name = line[line.startIndex..<colon]
             guard !name.isEmpty, name.allSatisfy(isTokenCharacter) else { return .malformed(status: 400, "a header name is not a token") }

@@ -3,16 +3,16 @@
 packages): opens a URL, optionally runs a script, waits until a JavaScript condition is true,
 then prints the page's DOM, and optionally saves a screenshot.
 
-usage: browse.py CHROMIUM URL CONDITION [--ready CONDITION] [--run JS] [--screenshot FILE] [--timeout SECONDS]
+usage: browse.py CHROMIUM URL CONDITION [--ready CONDITION] [--run JS] [--screenshot FILE] [--timeout SECONDS] [--profile DIR]
 With --ready, "ready" is written to stderr once that condition holds (the page is loaded and live).
 Exit status: 0 with the DOM on stdout; 1 when the condition never held (the DOM so far on
 stdout, the reason on stderr)."""
-import base64, json, os, subprocess, sys, tempfile, time
+import base64, ctypes, json, os, subprocess, sys, tempfile, time
 
 def main():
     args = sys.argv[1:]
     chromium, url, condition = args[0], args[1], args[2]
-    run = screenshot = ready = None
+    run = screenshot = ready = profile = None
     timeout = 20.0
     rest = args[3:]
     while rest:
@@ -21,8 +21,11 @@ def main():
         if flag == "--run": run = value
         elif flag == "--screenshot": screenshot = value
         elif flag == "--ready": ready = value
+        elif flag == "--profile": profile = value
         elif flag == "--timeout": timeout = float(value)
-    profile = tempfile.mkdtemp(prefix="sst-chromium-")
+    # The caller's directory when given (a test removes it even when it fails), else a new one.
+    profile = profile or tempfile.mkdtemp(prefix="sst-chromium-")
+    os.makedirs(profile, exist_ok=True)
     to_chrome_r, to_chrome_w = os.pipe()
     from_chrome_r, from_chrome_w = os.pipe()
     def child_fds():
@@ -31,6 +34,9 @@ def main():
         high_a, high_b = os.dup2(a, 100), os.dup2(b, 101)
         os.dup2(high_a, 3)
         os.dup2(high_b, 4)
+        # Chromium dies with this script, even when the script is killed (PR_SET_PDEATHSIG, SIGKILL).
+        try: ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)
+        except Exception: pass
     proc = subprocess.Popen([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                              "--no-first-run", "--no-default-browser-check", "--disable-extensions",
                              "--user-data-dir=" + profile, "--remote-debugging-pipe", "about:blank"],
