@@ -168,7 +168,7 @@ public final class HubConnection {
     /// - Returns: The status.
     /// - Throws: ``ReplicaError`` when the hub cannot be asked or answers with an error.
     public func status() throws(ReplicaError) -> HubStatus {
-        try send(.status)
+        try send(.status())
         switch try receive() {
         case .status(let status): return status
         case .error(let error): throw .hub(error)

@@ -55,7 +55,7 @@ extension Replica {
                     lastCheck = now
                     checkedSeq = seq
                     shared.withLock { $0.statusWaiters.append(nil) }
-                    _ = upstream.send(.status)
+                    _ = upstream.send(.status(checked: digestReport()))
                 }
             }
             // Jobs queued meanwhile (a task that yielded, or that woke another task on the
@@ -203,6 +203,7 @@ extension Replica {
             let state = try Self.decodeWelcomeState(welcome, app: app)
             store.replaceState(state)
             lastSeq.store(welcome.seq, ordering: .releasing)
+            agreedAfter.store(welcome.seq &+ 1, ordering: .relaxed)
             change = .rehydrated(seq: welcome.seq)
         }
         let new = Self.upstream(for: connection, welcome: welcome)

@@ -162,6 +162,18 @@ extension Replica {
     /// mismatch, or an action it could not apply) and healed it by re-hydrating.
     public var divergences: Int { shared.withLock { $0.ledger.divergences } }
 
+    /// This replica's newest agreeing digest comparison with the hub, as a `status` request
+    /// reports it (`checked`, PROTOCOL.md §12): the seq, and how many times it re-hydrated
+    /// after finding a difference. A comparison that differs is never reported, since the
+    /// replica leaves that state at once.
+    ///
+    /// - Returns: The report, or `nil` before any comparison.
+    func digestReport() -> DigestCheck? {
+        let after = agreedAfter.load(ordering: .relaxed)
+        guard after > 0 else { return nil }
+        return DigestCheck(seq: after - 1, agreed: true, divergences: divergences)
+    }
+
     /// Asks the hub for its status over this connection.
     ///
     /// - Returns: The status.
@@ -172,7 +184,7 @@ extension Replica {
         // nothing is unregistered here (it could not tell which waiter is this call's).
         try await awaitReply(
             register: { $0.statusWaiters.append($1) },
-            send: { $0.send(.status) },
+            send: { $0.send(.status(checked: digestReport())) },
             unregister: { _ in nil }
         )
     }

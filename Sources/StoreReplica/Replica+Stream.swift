@@ -150,6 +150,7 @@ extension Replica {
                 if local != status.digest {
                     return .diverged("at seq \(status.seq) this replica's state digest is \(local), the hub's is \(status.digest): a reducer is not deterministic (a clock, a random value or a global read inside it), or the two sides run different code (a changed reducer needs a new app version)")
                 }
+                agreedAfter.store(status.seq &+ 1, ordering: .relaxed)
             }
         case .synced(_, let id?) where id == Self.resumeSyncID:
             resumeSynced = true
@@ -171,6 +172,7 @@ extension Replica {
             if local != digest {
                 return .diverged("at checkpoint seq \(seq) this replica's state digest is \(local), the hub's is \(digest): a reducer is not deterministic (a clock, a random value or a global read inside it), or the two sides run different code")
             }
+            agreedAfter.store(seq &+ 1, ordering: .relaxed)
         case .log(let available, let reason, _):
             let observers = shared.withLock { $0.observers }
             if !observers.isEmpty { deliveries.steps.append(.event(observers, .hubLog(available: available, reason: reason))) }

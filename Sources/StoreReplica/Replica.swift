@@ -129,6 +129,11 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     /// the reader spaces its checks by at least 1 000 times that, so a large state costs this
     /// replica, and the hub, at most about 0.1 % of a core for them.
     @usableFromInline let digestCheckCost = Atomic<Int>(0)
+    /// One more than the seq of the newest digest comparison with the hub that agreed (a
+    /// verified full welcome, a checkpoint, the reader's own `status`); `0`: none yet. Sent
+    /// with every `status` as its `checked` member (``digestReport``), which the hub shows in
+    /// this replica's entry of `status.replicas`.
+    @usableFromInline let agreedAfter: Atomic<UInt64>
     /// Applies what one read brought: ``handleFrames(_:resumeSynced:)`` compiled for the app
     /// in the module that attached (see ``attach(app:socketPath:name:middleware:startReading:reconnect:session:onDispatchFailure:)``).
     let frameHandler: FrameHandler
@@ -182,6 +187,8 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
         self.socketPaths = paths.isEmpty ? [connection.path] : paths
         self.pathIndex = Atomic(max(0, paths.firstIndex(of: connection.path) ?? 0))
         self.lastSeq = Atomic(welcome.seq)
+        // A replica starts from a full welcome whose state it checked against its digest.
+        self.agreedAfter = Atomic(welcome.seq &+ 1)
         self.pendingDecoder = Locked(connection.decoder)
         self.shared = Locked(Shared(ledger: ReplicaLedger(hubID: welcome.hub, history: welcome.history, replica: welcome.replica,
                                                          maxPending: reconnect.maxPendingDispatches)))

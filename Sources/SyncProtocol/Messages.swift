@@ -106,8 +106,10 @@ public enum ClientMessage: Sendable, Equatable {
                session: String? = nil)
     /// Propose an action: `{"type":"dispatch","id":…,"action":{…}}`.
     case dispatch(id: DispatchID, action: JSON)
-    /// Ask for the hub's status: `{"type":"status"}`.
-    case status
+    /// Ask for the hub's status: `{"type":"status"}`, with `"checked":{…}` when the client
+    /// reports its last digest comparison (``DigestCheck``), which the hub shows in its entry
+    /// of `status.replicas`.
+    case status(checked: DigestCheck? = nil)
     /// A barrier: `{"type":"sync"}` or `{"type":"sync","id":…}`. The hub answers
     /// ``HubMessage/synced(seq:id:)`` in order with everything it sends this connection, at O(1) cost.
     case sync(id: DispatchID?)
@@ -173,7 +175,11 @@ public enum ClientMessage: Sendable, Equatable {
             }
             self = .dispatch(id: id, action: action)
         case "status":
-            self = .status
+            guard let raw = members["checked"], !raw.isNull else {
+                self = .status()
+                return
+            }
+            self = .status(checked: try DigestCheck(json: raw))
         case "sync":
             guard let rawID = members["id"], !rawID.isNull else {
                 self = .sync(id: nil)
@@ -227,8 +233,9 @@ public enum ClientMessage: Sendable, Equatable {
             return .object(members)
         case .dispatch(let id, let action):
             return ["type": "dispatch", "id": id.json, "action": action]
-        case .status:
-            return ["type": "status"]
+        case .status(let checked):
+            guard let checked else { return ["type": "status"] }
+            return ["type": "status", "checked": checked.json]
         case .sync(let id):
             guard let id else { return ["type": "sync"] }
             return ["type": "sync", "id": id.json]
@@ -255,6 +262,9 @@ public struct ReplicaInfo: Sendable, Equatable {
     public let uid: Int?
     /// The process id at the other end (`pid`), if the hub says.
     public let pid: Int?
+    /// What the replica last reported of its digest comparisons with the hub (`checked`), if
+    /// it has reported one on this connection and the hub says.
+    public let checked: DigestCheck?
 
     /// Creates an entry.
     ///
@@ -265,13 +275,16 @@ public struct ReplicaInfo: Sendable, Equatable {
     ///   - lag: Actions not yet written to it.
     ///   - uid: The peer's user id.
     ///   - pid: The peer's process id.
-    public init(replica: Int, name: String, queuedBytes: Int? = nil, lag: Int? = nil, uid: Int? = nil, pid: Int? = nil) {
+    ///   - checked: The replica's last reported digest comparison.
+    public init(replica: Int, name: String, queuedBytes: Int? = nil, lag: Int? = nil, uid: Int? = nil, pid: Int? = nil,
+                checked: DigestCheck? = nil) {
         self.replica = replica
         self.name = name
         self.queuedBytes = queuedBytes
         self.lag = lag
         self.uid = uid
         self.pid = pid
+        self.checked = checked
     }
 }
 
@@ -465,6 +478,7 @@ public enum HubMessage: Sendable, Equatable {
                     if let lag = info.lag { entry["lag"] = JSON(lag) }
                     if let uid = info.uid { entry["uid"] = JSON(uid) }
                     if let pid = info.pid { entry["pid"] = JSON(pid) }
+                    if let checked = info.checked { entry["checked"] = checked.json }
                     return .object(entry)
                 }),
             ]
@@ -579,7 +593,8 @@ public enum HubMessage: Sendable, Equatable {
                 }
                 replicas.append(ReplicaInfo(replica: replica, name: entry["name"]?.stringValue ?? "",
                                             queuedBytes: entry["queued_bytes"]?.intValue, lag: entry["lag"]?.intValue,
-                                            uid: entry["uid"]?.intValue, pid: entry["pid"]?.intValue))
+                                            uid: entry["uid"]?.intValue, pid: entry["pid"]?.intValue,
+                                            checked: DigestCheck.lenient(entry["checked"])))
             }
             self = .status(HubStatus(protocolVersion: try int("protocol"), app: try string("app"),
                                      fingerprint: try string("fingerprint"), hub: try string("hub"),

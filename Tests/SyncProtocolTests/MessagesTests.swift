@@ -31,7 +31,8 @@ struct MessagesTests {
         #expect(try client(#"{"type":"dispatch","id":7,"action":{"type":"increment"}}"#)
                 == .dispatch(id: .number(7), action: ["type": "increment"]))
         #expect(try client(#"{"type":"dispatch","id":"a-1","action":null}"#) == .dispatch(id: .string("a-1"), action: nil))
-        #expect(try client(#"{"type":"status","extra":true}"#) == .status)
+        #expect(try client(#"{"type":"status","extra":true}"#) == .status())
+        #expect(try client(#"{"type":"status","checked":{"seq":3,"agreed":true}}"#) == .status(checked: DigestCheck(seq: 3, agreed: true)))
     }
 
     @Test("each malformed client message gets its error code", arguments: [
@@ -71,7 +72,9 @@ struct MessagesTests {
             .hello(protocolVersion: 1, app: "json", fingerprint: nil, name: nil),
             .dispatch(id: .string("x"), action: ["type": "set", "path": "/a", "value": [1, 2]]),
             .dispatch(id: .number(-3), action: ["type": "increment"]),
-            .status,
+            .status(),
+            .status(checked: DigestCheck(seq: 9, agreed: true, divergences: 1)),
+            .status(checked: DigestCheck(seq: 0, agreed: false)),
         ]
         for message in messages {
             #expect(try ClientMessage(json: try JSON(parsing: message.json.canonicalBytes)) == message)
@@ -94,7 +97,9 @@ struct MessagesTests {
                               digest: "d", replicas: [ReplicaInfo(replica: 1, name: "a"), ReplicaInfo(replica: 2, name: "")],
                               maxFrameBytes: 1 << 20)),
             .status(HubStatus(protocolVersion: 1, app: "json", fingerprint: "json@1", hub: "h", seq: 7,
-                              digest: "d", replicas: [ReplicaInfo(replica: 1, name: "a", queuedBytes: 12)],
+                              digest: "d", replicas: [ReplicaInfo(replica: 1, name: "a", queuedBytes: 12),
+                                                      ReplicaInfo(replica: 2, name: "b", lag: 0, uid: 0, pid: 9,
+                                                                  checked: DigestCheck(seq: 6, agreed: true, divergences: 0))],
                               maxFrameBytes: 1 << 20, history: "0123456789abcdef",
                               storage: ["fsync": "batch", "journal_bytes": 10, "data_dir": nil])),
         ]
@@ -105,6 +110,18 @@ struct MessagesTests {
             #expect(try HubMessage(json: try JSON(parsing: payload)) == message)
             #expect(try decoder.nextFrame() == nil)
         }
+    }
+
+    @Test("a client reads a replica's checked report leniently: a malformed one is left out, not an error")
+    func lenientChecked() throws {
+        let text = #"{"type":"status","protocol":1,"app":"json","fingerprint":"json@1","hub":"h","seq":1,"digest":"d","replicas":["#
+            + #"{"replica":1,"name":"a","checked":{"seq":1,"agreed":true}},{"replica":2,"name":"b","checked":"soon"},"#
+            + #"{"replica":3,"name":"c","checked":{"seq":-4,"agreed":true}}]}"#
+        guard case .status(let status) = try HubMessage(json: try JSON(parsing: Array(text.utf8))) else {
+            Issue.record("not a status")
+            return
+        }
+        #expect(status.replicas.map(\.checked) == [DigestCheck(seq: 1, agreed: true), nil, nil])
     }
 
     @Test("the hand-written action envelope equals the generic encoding of the same message")

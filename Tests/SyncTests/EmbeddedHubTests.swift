@@ -60,6 +60,42 @@ struct EmbeddedHubTests {
         #expect(hub.closed == [fd])
     }
 
+    @Test("a replica's checked report is shown in its status entry; one from an unattached connection is not kept")
+    func checkedReport() throws {
+        let hub = try EmbeddedHub()
+        let observer = try #require(hub.connect())
+        hub.send(#"{"type":"status","checked":{"seq":0,"agreed":true}}"#, from: observer)
+        let alice = try attach(hub, name: "alice")
+        let bob = try attach(hub, name: "bob")
+        hub.send([dispatch(1, value: 1), #"{"type":"status","checked":{"seq":1,"agreed":true,"divergences":2}}"#], from: alice)
+        hub.settle()
+        hub.send(#"{"type":"status"}"#, from: bob)
+        hub.settle()
+        guard case .status(let status)? = hub.messages(to: bob).last else {
+            Issue.record("expected a status, got \(hub.types(to: bob))")
+            return
+        }
+        #expect(status.replicas.map(\.name) == ["alice", "bob"])
+        #expect(status.replicas.map(\.checked) == [DigestCheck(seq: 1, agreed: true, divergences: 2), nil])
+        // A later report replaces the earlier one; a status without one leaves it as it is.
+        hub.send([#"{"type":"status","checked":{"seq":1,"agreed":false}}"#, #"{"type":"status"}"#], from: alice)
+        hub.settle()
+        guard case .status(let later)? = hub.messages(to: alice).last else {
+            Issue.record("expected a status, got \(hub.types(to: alice))")
+            return
+        }
+        #expect(later.replicas.first?.checked == DigestCheck(seq: 1, agreed: false))
+        // A malformed report is bad-frame and closes that connection alone.
+        hub.send(#"{"type":"status","checked":{"seq":"one","agreed":true}}"#, from: bob)
+        hub.settle()
+        guard case .error(let error)? = hub.messages(to: bob).last else {
+            Issue.record("expected an error, got \(hub.types(to: bob))")
+            return
+        }
+        #expect(error.code == .badFrame && error.message.contains("\"checked\""))
+        #expect(!hub.isOpen(bob) && hub.isOpen(alice))
+    }
+
     @Test("after a refused frame (PROTOCOL.md §4), the frames behind it in the same read are discarded; other clients carry on",
           arguments: ["not json", #"{"type":"no-such-type"}"#, "[]"])
     func discardAfterRefusal(refused: String) throws {

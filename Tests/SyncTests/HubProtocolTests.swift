@@ -21,8 +21,17 @@ struct HubProtocolTests {
 
     @Test("status and sync are answered before and after hello; a sync id is kept")
     func barriers() {
-        #expect(decide(#"{"type":"status"}"#) == .status)
-        #expect(decide(#"{"type":"status","extra":[1]}"#, attached) == .status)
+        #expect(decide(#"{"type":"status"}"#) == .status(checked: nil))
+        #expect(decide(#"{"type":"status","extra":[1]}"#, attached) == .status(checked: nil))
+        #expect(decide(#"{"type":"status","checked":null}"#, attached) == .status(checked: nil))
+        #expect(decide(#"{"type":"status","checked":{"seq":7,"agreed":true,"divergences":2,"x":0}}"#, attached)
+                == .status(checked: DigestCheck(seq: 7, agreed: true, divergences: 2)))
+        #expect(decide(#"{"type":"status","checked":{"seq":0,"agreed":false}}"#)
+                == .status(checked: DigestCheck(seq: 0, agreed: false)))
+        for malformed in [#"[1]"#, #"{"seq":-1,"agreed":true}"#, #"{"seq":1.5,"agreed":true}"#, #"{"seq":1,"agreed":"yes"}"#,
+                          #"{"agreed":true}"#, #"{"seq":1,"agreed":true,"divergences":-1}"#, #"{"seq":1e300,"agreed":true}"#] {
+            #expect(code(decide(#"{"type":"status","checked":"# + malformed + "}", attached)) == "bad-frame", "\(malformed)")
+        }
         #expect(decide(#"{"type":"sync"}"#) == .sync(id: nil))
         #expect(decide(#"{"type":"sync","id":null}"#) == .sync(id: nil))
         #expect(decide(#"{"type":"sync","id":"b1"}"#, attached) == .sync(id: .string("b1")))

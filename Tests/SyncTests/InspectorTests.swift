@@ -189,11 +189,13 @@ struct InspectorTests {
         let setup = try await Self.start()
         defer { setup.fixture.shutdown() }
         // The state and diff at a kept seq.
-        let at8 = try await Self.browse(setup, fragment: "#seq=8", until: #"document.body.dataset.stateSeq === "8""#)
+        let at8 = try await Self.browse(setup, fragment: "#seq=8", until: ##"document.body.dataset.stateSeq === "8" && document.querySelector("#replicas tbody").textContent.includes("agrees")"##)
         #expect(Self.rows(at8).map(\.seq) == [9, 8, 7, 6])
         #expect(at8.contains(#"data-op="replace" data-path="/n""#))
         #expect(at8.contains(#"<span class="value">8</span>"#) && at8.contains(#"<span class="value">9</span>"#))
         #expect(at8.contains("(rebuilt from the inspector)"))
+        // The replicas view: the inspector, a replica itself, reports its last digest agreement.
+        #expect(at8.firstMatch(of: /<td>seq \d+ ✓ agrees<\/td>/) != nil)
         // Older than what is kept: rebuilt from the newest snapshot at or before it and the journal.
         let at4 = try await Self.browse(setup, fragment: "#seq=4", until: #"document.body.dataset.stateSeq === "4""#)
         #expect(at4.contains("(rebuilt from the data directory)"))

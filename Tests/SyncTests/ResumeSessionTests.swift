@@ -250,6 +250,34 @@ extension MultiProcessTests {
             }
             #expect(seq == 2)
             #expect(reason.contains("checkpoint"))
+            // Its status reports the last agreement, the re-hydrated state at seq 2, and the divergence.
+            let status = try await replica.status()
+            let own = status.replicas.first { $0.replica == replica.replicaID }
+            #expect(own?.checked == DigestCheck(seq: 2, agreed: true, divergences: 1), "\(status.replicas)")
+        }
+
+        @Test("a replica reports its last agreeing digest comparison with each status, and the hub lists it")
+        func checkedReported() async throws {
+            let hub = try InProcessHub(JSONApp()) { $0.checkpointEvery = 3 }
+            defer { Task { try? await hub.stop() } }
+            let writer = try hub.attach()
+            defer { writer.close() }
+            let reader = try hub.attach()
+            defer { reader.close() }
+            // Attached from a checked full welcome at seq 0.
+            var own = try await reader.status().replicas.first { $0.replica == reader.replicaID }
+            #expect(own?.checked == DigestCheck(seq: 0, agreed: true, divergences: 0))
+            for n in 1...4 { try await writer.dispatch(.set(try JSONPointer("/n"), JSON(n))) }
+            try await waitUntil("the reader to apply seq 4") { reader.seq == 4 }
+            // The checkpoint at seq 3 is the newest comparison, unless the reader's own
+            // once-a-second digest check (a status at seq 4) came first on a slow machine.
+            own = try await reader.status().replicas.first { $0.replica == reader.replicaID }
+            #expect([3, 4].contains(own?.checked?.seq ?? 0) && own?.checked?.agreed == true && own?.checked?.divergences == 0,
+                    "\(String(describing: own))")
+            // A bare client (it applies nothing) reports nothing, and sees the others' reports.
+            let observer = try HubConnection.status(at: hub.fixture.socket)
+            #expect(observer.replicas.count == 2)
+            #expect(observer.replicas.last?.checked == own?.checked)
         }
 
         @Test("idle clients: nothing, half a frame, or no hello are closed with timeout; a listening replica is not")

@@ -112,6 +112,9 @@ final class Connection {
     @exclusivity(unchecked) private(set) var attachedReplica: Int?
     /// Who connected (`SO_PEERCRED` / `getpeereid`).
     let peer: PeerCredentials
+    /// The digest comparison it last reported in a `status` while attached (shown in
+    /// `status.replicas`, never acted on).
+    var reportedCheck: DigestCheck?
     /// When the hub accepted it, as a count that only grows (1 for the first connection of
     /// the hub's run): of two connections with one session, the one with the higher value is
     /// the newer and keeps the session, whichever says `hello` last.

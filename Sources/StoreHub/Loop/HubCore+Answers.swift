@@ -147,7 +147,7 @@ extension HubCore {
             guard let attachment = peer.phase.attachment else { return nil }
             return ReplicaInfo(replica: attachment.replica, name: attachment.name, queuedBytes: peer.output.pending(end: backlog.end),
                                lag: Int(clamping: sequencer.appliedSeq &- min(sequencer.appliedSeq, writtenSeq(of: peer))),
-                               uid: Int(peer.peer.uid), pid: Int(peer.peer.pid))
+                               uid: Int(peer.peer.uid), pid: Int(peer.peer.pid), checked: peer.reportedCheck)
         }
         let storage = sequencer.logStatus
         var members: [JSONKey: JSON] = [

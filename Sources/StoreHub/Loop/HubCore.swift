@@ -368,7 +368,9 @@ struct HubCore {
         switch decision {
         case .fail(let error):
             stopReading(connection, then: error)
-        case .status:
+        case .status(let checked):
+            // A report counts only from an attached replica: it is shown in its entry.
+            if let checked, connection.attachedReplica != nil { connection.reportedCheck = checked }
             submit(connection, .status)
         case .sync(let id):
             submit(connection, .sync(id: id))

@@ -7,8 +7,9 @@ enum HubDecision: Equatable {
     /// A dispatch from an attached connection: sequence it. A dispatch written canonically
     /// keeps its action's bytes, which the hub forwards as they are.
     case dispatch(id: DispatchID, action: WireAction)
-    /// Answer `status`, in order with what this connection was sent.
-    case status
+    /// Answer `status`, in order with what this connection was sent; `checked` is the
+    /// digest comparison the client reported with it, if any.
+    case status(checked: DigestCheck?)
     /// Answer `synced`, in order with what this connection was sent.
     case sync(id: DispatchID?)
     /// Answer `history` (the actions `from`…`to` still kept), in order with what this
@@ -96,8 +97,8 @@ enum HubProtocol {
             return .fail(error)
         }
         switch message {
-        case .status:
-            return .status
+        case .status(let checked):
+            return .status(checked: checked)
         case .sync(let id):
             return .sync(id: id)
         case .history(let from, let to, let id):
