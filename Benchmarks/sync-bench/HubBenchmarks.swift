@@ -122,7 +122,7 @@ func hubThroughput(replicas: Int, actions: Int, fsync: FsyncMode? = nil, stalled
     // thread reading its event stream as a browser does) receiving every action.
     let page = inspector ? try InspectorPageReader(socket: hub.socket) : nil
     defer { page?.stop() }
-    var metrics = try timedRun(workers, actions: total)
+    var metrics = try timedRun(workers, actions: total, inspector: page?.pid)
     if let page { metrics.append(("page_bytes", Double(page.bytesRead))) }
     var params: [(String, JSON)] = [("replicas", JSON(replicas)), ("app", .string(app == "codable" ? "codable-counter" : "json")),
                                     ("fsync", .string(fsync?.rawValue ?? "memory")),
@@ -231,9 +231,10 @@ func socketBaseline(frames: Int) throws -> Result {
 ///   - workers: Workers that said `ready`.
 ///   - actions: How many actions they dispatch in all.
 /// - Returns: The metrics.
-func timedRun(_ workers: [WorkerProcess], actions: Int) throws -> [(String, Double)] {
+func timedRun(_ workers: [WorkerProcess], actions: Int, inspector: Int32? = nil) throws -> [(String, Double)] {
     let hubBefore = CPUTime.of(getpid())
     let workersBefore = workers.map { CPUTime.of($0.process.processIdentifier) }
+    let inspectorBefore = inspector.map { CPUTime.of($0) }
     let start = ContinuousClock.now
     for worker in workers { worker.send("go") }
     var digests: Set<String> = []
@@ -244,10 +245,15 @@ func timedRun(_ workers: [WorkerProcess], actions: Int) throws -> [(String, Doub
     let elapsed = nanoseconds(ContinuousClock.now - start)
     let hubCPU = CPUTime.of(getpid()).since(hubBefore)
     let workerCPU = zip(workers, workersBefore).map { CPUTime.of($0.process.processIdentifier).since($1) }
+    let inspectorCPU = zip(inspector.map { [$0] } ?? [], inspectorBefore.map { [$0] } ?? []).map { CPUTime.of($0).since($1) }
     for worker in workers { worker.finish() }
     guard digests.count == 1 else { throw SystemError("replicas disagree: \(digests)") }
+    // The inspector's process, when there is one (the page's reading thread is the bench's, in the hub's figure).
+    let inspectorMetrics = inspectorCPU.first.map { cpu in
+        [("cpu_us_per_action_inspector", (Double(cpu.total) / 1000 / Double(max(1, actions)) * 100).rounded() / 100)]
+    } ?? []
     return [("actions_per_s", Double(actions) / elapsed * 1e9), ("actions", Double(actions))]
-        + cpuMetrics(hub: hubCPU, workers: workerCPU, actions: actions)
+        + cpuMetrics(hub: hubCPU, workers: workerCPU, actions: actions) + inspectorMetrics
 }
 
 /// CPU microseconds per action: all processes, the hub, and the replicas by role (the
@@ -276,6 +282,9 @@ final class InspectorPageReader: @unchecked Sendable {
     private let read = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)
     private let done = Atomic<Bool>(false)
+
+    /// The inspector's process id.
+    var pid: Int32 { process.processIdentifier }
 
     /// The bytes of events the page has read.
     var bytesRead: Int { read.load(ordering: .acquiring) }

@@ -209,7 +209,9 @@ struct InspectorTests {
         let python = try #require(Self.python3), chromium = try #require(Self.chromium)
         let screenshot = setup.fixture.directory + "/inspector.png"
         let browser = try setup.fixture.spawn(python, [Self.browseScript, chromium, setup.url,
-                                                       #"document.querySelector('#actions tr[data-seq="11"]') !== null"#,
+                                                       // `seq 11` in the facts comes from a status the
+                                                       // inspector sent the open page, not the one at its start.
+                                                       #"document.querySelector('#actions tr[data-seq="11"]') !== null && document.querySelector('#facts').textContent.includes('seq 11') && document.querySelector('#replicas tbody').textContent.includes('agrees')"#,
                                                        "--ready", "document.querySelectorAll('#actions tbody tr').length >= 4",
                                                        "--timeout", "30", "--screenshot", screenshot,
                                                        "--profile", setup.fixture.directory + "/chromium-profile"],

@@ -9,6 +9,7 @@ import Foundation
 import StoreHub
 import StoreReplica
 import SyncCore
+import SyncLocks
 import SyncPOSIX
 
 /// `replica-cli inspect --http [HOST:]PORT`: the inspector, a replica of its own that serves a
@@ -107,7 +108,9 @@ enum InspectorCommand {
                                          reconnect: .automatic)
         defer { replica.close() }
         let socketPath = connection.path
-        let model = preloaded(app, upTo: replica.seq, state: replica.store.state, keep: arguments.keep,
+        // `unobservedState` throughout: the inspector's store is never observed, so its batches
+        // announce nothing to Observation.
+        let model = preloaded(app, upTo: replica.seq, state: replica.store.unobservedState, keep: arguments.keep,
                               dataDirectory: arguments.dataDirectory, socketPath: socketPath)
         let token = newToken()
         let server: InspectorServer
@@ -120,14 +123,33 @@ enum InspectorCommand {
             fail("inspect: \(error.message)")
         }
         // Each action as it is applied; nothing is computed from the state per action (a
-        // patch is computed when the page asks for it).
+        // patch is computed when the page asks for it). Observers run on the replica's reader
+        // after a read's actions are all applied, and before it applies more: the action whose
+        // seq is the replica's is the read's last, and the store's state is the one right
+        // after it. The read's events go to the pages together, then (one wake of the server
+        // per read, not per action).
+        let pending = Locked<[UInt8]>([])
         let observer = replica.observeEvents { replicaEvent in
             switch replicaEvent {
             case .action(let seq, let origin, let id, _, let json, let stamp):
-                let line = model.append(SequencedAction(seq: seq, origin: origin, id: id, action: json, stamp: stamp))
-                server.broadcast(Self.event("action", line))
+                let last = seq == replica.seq
+                let line = model.append(SequencedAction(seq: seq, origin: origin, id: id, action: json, stamp: stamp)) {
+                    last ? Optional(replica.store.unobservedState) : .none
+                }
+                let events = pending.withLock { pending -> [UInt8] in
+                    pending += Self.event("action", line)
+                    guard last else { return [] }
+                    defer { pending.removeAll(keepingCapacity: true) }
+                    return pending
+                }
+                if !events.isEmpty { server.broadcast(events) }
             case .connection(.rehydrated(let seq)):
-                model.restart(state: replica.store.state, seq: seq)
+                let events = pending.withLock { pending -> [UInt8] in
+                    defer { pending.removeAll(keepingCapacity: true) }
+                    return pending
+                }
+                if !events.isEmpty { server.broadcast(events) }
+                model.restart(state: replica.store.unobservedState, seq: seq)
                 server.broadcast(Self.event("reset", JSON(seq).canonicalBytes))
             default:
                 break
@@ -145,9 +167,10 @@ enum InspectorCommand {
         let poller = Task {
             while !Task.isCancelled {
                 if let status = try? await replica.status() {
-                    let json = HubMessage.status(status).json
-                    model.setStatus(json)
-                    server.broadcast(event("status", json.canonicalBytes))
+                    model.setStatus(HubMessage.status(status).json)
+                    // The page reads the same shape from every `status` event: the hub's status
+                    // with what the inspector keeps (as at the stream's start).
+                    server.broadcast(event("status", model.statusJSON().canonicalBytes))
                 }
                 try? await Task.sleep(for: .seconds(1))
             }
@@ -199,7 +222,12 @@ enum InspectorCommand {
         }
         guard actions.count == Int(seq - first + 1) else { return empty }
         let model = InspectorModel(app: app, state: base, seq: first - 1, keep: keep, dataDirectory: dataDirectory)
-        for action in actions { model.append(action) }
+        // Applied once here, so the model keeps states among the preloaded actions too.
+        var state = base
+        for action in actions {
+            ReplicaCommand.apply(app, action.action, seq: action.seq, to: &state)
+            model.append(action) { state }
+        }
         return model
     }
 

@@ -3,15 +3,17 @@ import SyncCore
 import SyncLocks
 import SyncPOSIX
 
-/// What the inspector knows, for every view of its page: the recent actions with the patch
-/// each made, the state before the oldest of them (so any state since can be rebuilt here),
-/// and the hub's last `status`.
+/// What the inspector knows, for every view of its page: the recent actions, states taken
+/// among them (so any state since the oldest can be rebuilt here), and the hub's last `status`.
 ///
-/// Bounded: at most `keep` actions and 64 MiB of their JSON; the oldest leave first, applied
-/// to the kept state as they go. Older states are rebuilt, off the hub, from the hub's data
-/// directory when the inspector is given it (`--data-dir`: the newest snapshot at or before
-/// the seq and the journal after it), else from the hub's resume window when it still starts
-/// at seq 1. Thread-safe: the replica's reader appends, the server's thread reads.
+/// Bounded: at most `keep` actions and 64 MiB of their JSON. States are taken from the
+/// replica every `keep / 16` actions (a value copy: no reducer runs for it), and the oldest
+/// actions leave a stretch at a time, down to the next state kept, so the inspector runs no
+/// reducer per action beyond its replica's; it keeps from 15/16 of `keep` to `keep` actions.
+/// Older states are rebuilt, off the hub, from the hub's data directory when the inspector is
+/// given it (`--data-dir`: the newest snapshot at or before the seq and the journal after it),
+/// else from the hub's resume window when it still starts at seq 1. Thread-safe: the replica's
+/// reader appends, the server's thread reads.
 final class InspectorModel<App: SyncApp>: Sendable {
     /// One kept action.
     struct Entry: Sendable {
@@ -21,21 +23,33 @@ final class InspectorModel<App: SyncApp>: Sendable {
         let line: [UInt8]
     }
 
-    /// Only touched under the model's lock; the state is copied out (a value) before it leaves it.
+    /// A state the inspector keeps: right after action `seq`.
+    struct KeptState: Sendable {
+        var seq: UInt64
+        var state: App.State
+    }
+
+    /// Only touched under the model's lock; a state is copied out (a value) before it leaves it.
     private struct Ring: Sendable {
         var entries: [Entry] = []
         var head = 0
         var bytes = 0
-        /// The state right before `entries[head]` (after `baseSeq`).
-        var base: App.State
-        var baseSeq: UInt64
+        /// The state right before `entries[head]` (after its seq).
+        var base: KeptState
+        /// States after later kept actions, oldest first, each `stateEvery` or more after the one before.
+        var later: [KeptState] = []
+
+        /// The seq of the newest kept action (the base's when none is).
+        var newest: UInt64 { base.seq + UInt64(entries.count - head) }
     }
 
     let app: App
     /// The most actions kept.
     let keep: Int
+    /// How many actions apart the kept states are.
+    let stateEvery: Int
     /// The most bytes of action lines kept.
-    let maxBytes = 64 << 20
+    let maxBytes: Int
     /// The hub's data directory, read to rebuild older states (read-only).
     let dataDirectory: String?
     private let ring: Locked<Ring>
@@ -48,50 +62,124 @@ final class InspectorModel<App: SyncApp>: Sendable {
     ///   - state: The state at `seq`.
     ///   - seq: Its seq.
     ///   - keep: The most actions kept.
+    ///   - maxBytes: The most bytes of action lines kept.
     ///   - dataDirectory: The hub's data directory, if the inspector may read it.
-    init(app: App, state: App.State, seq: UInt64, keep: Int, dataDirectory: String?) {
+    init(app: App, state: App.State, seq: UInt64, keep: Int, maxBytes: Int = 64 << 20, dataDirectory: String?) {
         self.app = app
         self.keep = max(1, keep)
+        self.stateEvery = max(1, keep / 16)
+        self.maxBytes = maxBytes
         self.dataDirectory = dataDirectory
-        ring = Locked(Ring(base: state, baseSeq: seq))
+        ring = Locked(Ring(base: KeptState(seq: seq, state: state)))
     }
 
     /// Adds a sequenced action (the reader's thread), and returns its line. Nothing is
     /// computed from the state here: the patch an action made is computed when a page asks
-    /// for it (``state(at:hubWindow:)``), so a page costs the hub's replicas nothing per action.
+    /// for it (``stateAndPatch(at:hubWindow:)``), so a page costs the hub's replicas nothing per action.
     ///
-    /// - Parameter action: The action.
+    /// - Parameters:
+    ///   - action: The action.
+    ///   - stateAfter: The state right after it, when the caller has it at hand (`nil`: it
+    ///     has not); asked only when a state is due to be kept.
     /// - Returns: Its line for the page.
     @discardableResult
-    func append(_ action: SequencedAction) -> [UInt8] {
-        var members: [JSONKey: JSON] = ["seq": JSON(action.seq), "origin": JSON(action.origin), "id": action.id.json,
-                                        "action": action.action]
-        if let name = action.stamp.originName { members["origin_name"] = .string(name) }
-        if let time = action.stamp.time { members["time"] = JSON(Int(truncatingIfNeeded: time)) }
-        if let type = action.action["type"]?.stringValue { members["type"] = .string(type) }
-        let line = JSON.object(members).canonicalBytes
-        let app = self.app
-        ring.withLock { ring in
+    func append(_ action: SequencedAction, stateAfter: () -> App.State? = { nil }) -> [UInt8] {
+        let line = Self.line(for: action)
+        let stateEvery = UInt64(self.stateEvery)
+        let keep = self.keep, maxBytes = self.maxBytes
+        // One hold of the lock per action; a second only when a state is due (every
+        // `stateEvery` actions) or the oldest must go (a stretch at a time).
+        let next = ring.withLock { ring -> AppendOutcome in
             ring.entries.append(Entry(action: action, line: line))
             ring.bytes += line.count
-            while ring.entries.count - ring.head > keep || (ring.bytes > maxBytes && ring.entries.count - ring.head > 1) {
+            let last = ring.later.last?.seq ?? ring.base.seq
+            let kept = ring.entries.count - ring.head
+            return AppendOutcome(due: action.seq > last && action.seq - last >= stateEvery,
+                                 full: kept > keep || (ring.bytes > maxBytes && kept > 1))
+        }
+        guard next.due || next.full else { return line }
+        // The state is read outside the model's lock, and states dropped are freed outside it.
+        let state = next.due ? stateAfter() : nil
+        let dropped = ring.withLock { ring -> [KeptState] in
+            if let state, ring.newest == action.seq { ring.later.append(KeptState(seq: action.seq, state: state)) }
+            return evict(&ring)
+        }
+        _ = dropped
+        return line
+    }
+
+    /// Drops the oldest actions past `keep` or ``maxBytes``: down to the next kept state, or,
+    /// when no later state is kept, one at a time, applied to the base.
+    ///
+    /// - Parameter ring: The ring, under the lock.
+    /// - Returns: The states no longer kept, to be freed outside the lock.
+    private func evict(_ ring: inout Ring) -> [KeptState] {
+        var dropped: [KeptState] = []
+        while ring.entries.count - ring.head > keep || (ring.bytes > maxBytes && ring.entries.count - ring.head > 1) {
+            // Compared as seqs before any conversion: `count` is at most the kept actions.
+            if let next = ring.later.first, next.seq > ring.base.seq, next.seq <= ring.newest {
+                let count = Int(next.seq - ring.base.seq)
+                for entry in ring.entries[ring.head..<(ring.head + count)] { ring.bytes -= entry.line.count }
+                ring.head += count
+                dropped.append(ring.base)
+                ring.base = next
+                ring.later.removeFirst()
+            } else {
                 let oldest = ring.entries[ring.head]
-                ReplicaCommand.apply(app, oldest.action.action, seq: oldest.action.seq, to: &ring.base)
-                ring.baseSeq = oldest.action.seq
+                ReplicaCommand.apply(app, oldest.action.action, seq: oldest.action.seq, to: &ring.base.state)
+                ring.base.seq = oldest.action.seq
                 ring.bytes -= oldest.line.count
                 ring.head += 1
             }
-            if ring.head > 1024, ring.head * 2 > ring.entries.count {
-                ring.entries.removeFirst(ring.head)
-                ring.head = 0
-            }
         }
+        if ring.head > 1024, ring.head * 2 > ring.entries.count {
+            ring.entries.removeFirst(ring.head)
+            ring.head = 0
+        }
+        return dropped
+    }
+
+    /// An action's line for the page, written member by member in canonical order (the
+    /// same bytes as the canonical form of ``SequencedAction``'s members plus `type`, with
+    /// `time` as a number): the action's JSON is encoded once, and nothing is sorted.
+    ///
+    /// - Parameter action: The action.
+    /// - Returns: `{"action":…,"id":…,"origin":…,"origin_name":…,"seq":…,"time":…,"type":…}`.
+    static func line(for action: SequencedAction) -> [UInt8] {
+        var line: [UInt8] = []
+        line.reserveCapacity(160)
+        line += #"{"action":"#.utf8
+        action.action.writeCanonical(into: &line)
+        line += #","id":"#.utf8
+        action.id.json.writeCanonical(into: &line)
+        line += #","origin":"#.utf8
+        JSON(action.origin).writeCanonical(into: &line)
+        if let name = action.stamp.originName {
+            line += #","origin_name":"#.utf8
+            JSON.string(name).writeCanonical(into: &line)
+        }
+        line += #","seq":"#.utf8
+        JSON(action.seq).writeCanonical(into: &line)
+        if let time = action.stamp.time {
+            line += #","time":"#.utf8
+            JSON(Int(truncatingIfNeeded: time)).writeCanonical(into: &line)
+        }
+        if let type = action.action["type"]?.stringValue {
+            line += #","type":"#.utf8
+            JSON.string(type).writeCanonical(into: &line)
+        }
+        line.append(UInt8(ascii: "}"))
         return line
     }
 
     /// Starts again from a state that replaced the replica's (a re-hydration: no action led to it).
     func restart(state: App.State, seq: UInt64) {
-        ring.withLock { $0 = Ring(base: state, baseSeq: seq) }
+        let old = ring.withLock { ring -> Ring in
+            let old = ring
+            ring = Ring(base: KeptState(seq: seq, state: state))
+            return old
+        }
+        _ = old
     }
 
     /// Keeps the hub's latest `status`.
@@ -99,7 +187,7 @@ final class InspectorModel<App: SyncApp>: Sendable {
 
     /// The seqs the inspector can rebuild from what it keeps: the base's and the newest.
     var window: (base: UInt64, newest: UInt64) {
-        ring.withLock { ring in (ring.baseSeq, ring.baseSeq + UInt64(ring.entries.count - ring.head)) }
+        ring.withLock { ring in (ring.base.seq, ring.newest) }
     }
 
     /// The kept actions after `seq`, at most `limit` (the newest ones), as lines.
@@ -138,15 +226,16 @@ final class InspectorModel<App: SyncApp>: Sendable {
     ///     does not).
     /// - Returns: The state's JSON and its source, or the reason.
     func state(at seq: UInt64, hubWindow: (UInt64) -> [SequencedAction]?) -> Result<(JSON, String), InspectorError> {
-        let kept = ring.withLock { ring -> (App.State, [SequencedAction])? in
-            let newest = ring.baseSeq + UInt64(ring.entries.count - ring.head)
-            guard seq >= ring.baseSeq, seq <= newest else { return nil }
-            let actions = ring.entries[ring.head...].prefix(Int(seq - ring.baseSeq)).map(\.action)
-            return (ring.base, actions)
+        // The newest kept state at or before `seq`, and the actions from it to `seq`.
+        let kept = ring.withLock { ring -> KeptRun? in
+            guard seq >= ring.base.seq, seq <= ring.newest else { return nil }
+            let from = ring.later.last { $0.seq <= seq } ?? ring.base
+            let start = ring.head + Int(from.seq - ring.base.seq)
+            return KeptRun(from: from, actions: ring.entries[start..<(start + Int(seq - from.seq))].map(\.action))
         }
-        if let (base, actions) = kept {
-            var state = base
-            for action in actions { ReplicaCommand.apply(app, action.action, seq: action.seq, to: &state) }
+        if let kept {
+            var state = kept.from.state
+            for action in kept.actions { ReplicaCommand.apply(app, action.action, seq: action.seq, to: &state) }
             return .success((app.encodeState(state), "inspector"))
         }
         let newest = window.newest
@@ -166,6 +255,12 @@ final class InspectorModel<App: SyncApp>: Sendable {
         return .failure(InspectorError("seq \(seq) is older than the \(keep) actions the inspector keeps, and the hub's resume window no longer starts at seq 1: give the inspector the hub's data directory (--data-dir DIR) to rebuild it from the newest snapshot at or before it"))
     }
 
+    /// A kept state and the kept actions after it, copied out of the lock.
+    private struct KeptRun {
+        let from: KeptState
+        let actions: [SequencedAction]
+    }
+
     /// The most bytes of states one DevTools export holds (it holds the state after every action).
     static var maxExportBytes: Int { 256 << 20 }
 
@@ -173,7 +268,8 @@ final class InspectorModel<App: SyncApp>: Sendable {
     /// reads): every kept action, the state before them as the committed state, and the state
     /// after each; refused when those states pass ``maxExportBytes``.
     func devTools() -> Result<JSON, InspectorError> {
-        let (base, actions) = ring.withLock { ring in (ring.base, ring.entries[ring.head...].map(\.action)) }
+        let kept = ring.withLock { ring in KeptRun(from: ring.base, actions: ring.entries[ring.head...].map(\.action)) }
+        let base = kept.from.state, actions = kept.actions
         var state = base
         var states: [JSON] = []
         var bytes = 0
@@ -198,6 +294,14 @@ final class InspectorModel<App: SyncApp>: Sendable {
         if let status = lastStatus.withLock({ $0 }) { members["hub"] = status }
         return .object(members)
     }
+}
+
+/// What one append found, under the lock: whether a state is due to be kept, and whether the
+/// oldest actions must go. A struct outside the generic model, not a tuple: its type needs no
+/// run-time look-up on the reader's path.
+private struct AppendOutcome {
+    let due: Bool
+    let full: Bool
 }
 
 /// Why the inspector cannot answer (said to the page).
