@@ -59,8 +59,8 @@ let package = Package(
         .target(name: "StoreSyncCommands", dependencies: ["StoreHub", "StoreReplica", "SyncCore", "SyncPOSIX", "SyncLocks"],
                 resources: [.embedInCode("Inspector/inspector.html")]),
         // Each executable declares every module it imports.
-        .executableTarget(name: "hubd", dependencies: ["StoreSyncCommands", "BuiltinApps"]),
-        .executableTarget(name: "replica-cli", dependencies: ["StoreSyncCommands", "BuiltinApps"]),
+        .executableTarget(name: "hubd", dependencies: ["StoreSyncCommands", "StoreHub", "BuiltinApps"]),
+        .executableTarget(name: "replica-cli", dependencies: ["StoreSyncCommands", "StoreReplica", "BuiltinApps"]),
         .executableTarget(
             name: "sync-bench",
             dependencies: ["StoreHub", "StoreReplica", "BuiltinApps", "SyncCore", "SyncPOSIX", "NATSClient", "SyncLocks",

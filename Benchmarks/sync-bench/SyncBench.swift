@@ -1,4 +1,5 @@
 import BuiltinApps
+import StoreReplica
 import StoreSyncCommands
 import SyncCore
 import SyncPOSIX
@@ -96,6 +97,8 @@ struct SyncBench {
         }
         if inspector {
             // The inspector (replica-cli inspect) as a process of its own, for hub.throughput with a page open.
+            // Registered as replica-cli registers its apps.
+            ReplicaSpecialization.register(JSONApp.self)
             await ReplicaCommand.main(apps: [JSONApp()], commandLine: ["replica-cli", "--socket", socket, "inspect", "--http", "127.0.0.1:0"])
             exit(0)
         }

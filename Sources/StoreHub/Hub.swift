@@ -50,8 +50,11 @@ public final class Hub<App: SyncApp>: Sendable {
     /// - Throws: ``HubError`` when the path is too long or unusable, or another hub owns it.
     @inlinable
     public convenience init(app: App, configuration: HubConfiguration) throws(HubError) {
-        // Inlinable so the engine's closures are specialised for `App` in the caller's module.
-        try self.init(app: app, engine: HubEngine(app: app, checkDeterminism: configuration.checkDeterminism),
+        // Inlinable so the engine's closures are specialised for `App` in the caller's module;
+        // from generic code, the engine a module that knows `App` registered (``HubSpecialization``).
+        let engine = HubSpecialization.engine(for: app, checkDeterminism: configuration.checkDeterminism)
+            ?? HubEngine(app: app, checkDeterminism: configuration.checkDeterminism)
+        try self.init(app: app, engine: engine,
                       configuration: configuration)
     }
 

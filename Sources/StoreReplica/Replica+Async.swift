@@ -41,7 +41,7 @@ extension Replica {
         // path is specialised for `App` where this is called.
         try await attachAsync(app: app, socketPath: socketPath, name: name, middleware: middleware, reconnect: reconnect,
                               session: session, startReading: startReading, timeout: timeout,
-                              onDispatchFailure: onDispatchFailure, frameHandler: specializedFrameHandler)
+                              onDispatchFailure: onDispatchFailure, frameHandler: ReplicaSpecialization.handler(for: App.self) ?? specializedFrameHandler)
     }
 
     /// The async `attach` with the reader's frame handler.

@@ -38,7 +38,7 @@ extension Replica {
         // caller's module (``specializedFrameHandler``), not as generic code.
         try connect(app: app, socketPath: socketPath, name: name, middleware: middleware, startReading: startReading,
                     reconnect: reconnect, session: session, onDispatchFailure: onDispatchFailure,
-                    frameHandler: specializedFrameHandler)
+                    frameHandler: ReplicaSpecialization.handler(for: App.self) ?? specializedFrameHandler)
     }
 
     /// `attach(app:socketPath:…)` with the reader's frame handler.
@@ -92,7 +92,7 @@ extension Replica {
     ) throws(ReplicaError) -> Replica {
         try attach(app: app, over: connection, paths: connection.candidates, name: name, middleware: middleware,
                    startReading: startReading, reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: 10_000,
-                   onDispatchFailure: onDispatchFailure, frameHandler: specializedFrameHandler)
+                   onDispatchFailure: onDispatchFailure, frameHandler: ReplicaSpecialization.handler(for: App.self) ?? specializedFrameHandler)
     }
 
     /// `attach(over:)` with the time to wait for the welcome and the reader's frame handler.

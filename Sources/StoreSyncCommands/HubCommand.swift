@@ -27,13 +27,23 @@ public enum HubCommand {
 
     /// Runs a hub for one app, configured by the command line; never returns.
     ///
+    /// `@inlinable`, so the app's hub engine is compiled for it in the caller's module and
+    /// registered (``HubSpecialization``): the hub decodes, validates and applies every action
+    /// with no generic look-ups.
+    ///
     /// - Parameter app: The app.
+    @inlinable
     public static func main<App: SyncApp>(app: App) -> Never {
+        HubSpecialization.register(App.self)
         main(apps: [app])
     }
 
     /// Runs a hub for one of several apps (chosen with `--app`, the first by default),
     /// configured by the command line; never returns.
+    ///
+    /// The apps come as `any SyncApp`, so the hub's engine runs as generic code unless each
+    /// app was registered with ``HubSpecialization/register(_:)`` where its type is written
+    /// (as `hubd` does; ``main(app:)`` does it for its app).
     ///
     /// - Parameters:
     ///   - apps: The apps this executable serves (at least one).

@@ -32,13 +32,23 @@ public enum ReplicaCommand {
 
     /// Runs the command line for one app; returns when the command is done.
     ///
+    /// `@inlinable`, so the app's replica path is compiled for it in the caller's module and
+    /// registered (``ReplicaSpecialization``): commands that apply every action (`attach`,
+    /// `watch`, `inspect`) run it with no generic look-ups per action.
+    ///
     /// - Parameter app: The app.
+    @inlinable
     public static func main<App: SyncApp>(app: App) async {
+        ReplicaSpecialization.register(App.self)
         await main(apps: [app])
     }
 
     /// Runs the command line for one of several apps (`--app`, or the hub's); returns when
     /// the command is done (errors exit the process with their status).
+    ///
+    /// The apps come as `any SyncApp`, so the replica path runs as generic code unless each
+    /// app was registered with ``ReplicaSpecialization/register(_:)`` where its type is
+    /// written (as `replica-cli` does; ``main(app:)`` does it for its app).
     ///
     /// - Parameters:
     ///   - apps: The apps this executable knows.
