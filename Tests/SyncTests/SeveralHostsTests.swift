@@ -213,8 +213,14 @@ extension MultiProcessTests {
             nextID += 1
             let inDoubtID = nextID
             try clients[2]?.send(["type": "dispatch", "id": JSON(inDoubtID), "action": ["type": "append", "path": "/log", "value": JSON(inDoubtID)]])
-            try await waitUntil("hub 2 to say its log is unavailable", timeout: .seconds(60)) {
-                (try? HubStatusProbe.status(hubs.socket(2)))?.storage?["unavailable"] != nil
+            do {
+                try await waitUntil("hub 2 to say its log is unavailable", timeout: .seconds(60)) {
+                    (try? HubStatusProbe.status(hubs.socket(2)))?.storage?["unavailable"] != nil
+                }
+            } catch {
+                // Say what hub 2 knew, not only that it did not say so.
+                let status = try? HubStatusProbe.status(hubs.socket(2))
+                throw HarnessError("\(error); hub 2: seq \(String(describing: status?.seq)), log \(String(describing: status?.log)); it logged: \(processes[1].errorLines.suffix(30))")
             }
             let refused = try dispatch(2, timeout: .seconds(5))
             #expect(refused["type"] == "reject" && refused["error"]?["code"] == "unavailable", "\(refused)")
