@@ -211,26 +211,27 @@ extension JetStreamLog {
             _ = write(wakeWrite, &byte, 1)
         }
 
-        fileprivate func post(_ new: [LogEvent]) {
-            guard !new.isEmpty else { return }
-            shared.withLock { $0.events.append(contentsOf: new) }
+        /// Hands the hub a turn's events and the facts after it, under one hold of the lock,
+        /// and wakes it once.
+        ///
+        /// One hold, not two: the hub's pass takes the events and then asks ``isAvailable``.
+        /// Were the events handed over first and the availability after, a pass running between
+        /// the two would close the gate on an event (say, the link dropped) and open it again
+        /// at once on the availability from before it, and nothing would close it again.
+        fileprivate func handOver(_ new: [LogEvent], facts: (Facts, available: Bool)?) {
+            let wake = shared.withLock { shared -> Bool in
+                shared.events.append(contentsOf: new)
+                guard let (facts, available) = facts else { return !new.isEmpty }
+                // The hub's gate asks `isAvailable` on each pass: a pass now when the log became
+                // available, not at its next event.
+                let opened = available && !shared.available
+                shared.facts = facts
+                shared.available = available
+                return !new.isEmpty || opened
+            }
+            guard wake else { return }
             var byte: UInt8 = 1
             _ = write(readyWrite, &byte, 1)
-        }
-
-        fileprivate func publish(facts: Facts, available: Bool) {
-            let opened = shared.withLock { shared -> Bool in
-                defer {
-                    shared.facts = facts
-                    shared.available = available
-                }
-                return available && !shared.available
-            }
-            // The hub's gate asks `isAvailable` on each pass: a pass now, not at its next event.
-            if opened {
-                var byte: UInt8 = 1
-                _ = write(readyWrite, &byte, 1)
-            }
         }
 
         fileprivate func finishLease(_ result: Result<Range<Int>, StorageError>) {
@@ -346,14 +347,10 @@ extension JetStreamLog {
 
         /// Hands the turn's events and facts to the hub.
         private func flushToHub() {
-            if !outgoing.isEmpty {
-                worker.post(outgoing)
-                outgoing.removeAll(keepingCapacity: true)
-            }
-            if let (facts, available) = facts {
-                self.facts = nil
-                worker.publish(facts: facts, available: available)
-            }
+            guard !outgoing.isEmpty || facts != nil else { return }
+            worker.handOver(outgoing, facts: facts)
+            outgoing.removeAll(keepingCapacity: true)
+            facts = nil
         }
 
         /// The worker thread's loop: commands, messages, ticks; effects carried out as they come.

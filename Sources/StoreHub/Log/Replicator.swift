@@ -1078,7 +1078,8 @@ extension JetStreamLog {
             }
         }
 
-        /// No server took a proposal (503): refuse until the stream has a leader again.
+        /// No server took a proposal (503), or the stream refused one with an error this hub does
+        /// not know: refuse until the stream names a leader again (asked every 250 ms).
         private mutating func awaitLeader() {
             guard !awaitingLeader else { return }
             awaitingLeader = true
@@ -1463,6 +1464,11 @@ extension JetStreamLog {
                 case JetStreamErrorCode.wrongLastMessageID:
                     void(from: index, .conflict(from: item.record.seq, logLast: next - 1))
                 default:
+                    // Refused for a reason this hub does not know (a leader stepping down says
+                    // "not leader" with no code). Not available until the stream names a leader
+                    // again: else the gate, closed by the failure, would open in the same pass
+                    // and the dispatches it voided would be proposed again at once, and again.
+                    awaitLeader()
                     void(from: index, .failed(from: item.record.seq, StorageError("NATS refused to store it: \(ControlCharacters.escaped(text)) (\(code))")))
                 }
                 return
