@@ -26,7 +26,7 @@ public enum HubSpecialization {
         let make: @Sendable (App, Bool) -> HubEngine = { app, checkDeterminism in
             HubEngine(app: app, checkDeterminism: checkDeterminism)
         }
-        store(make, for: ObjectIdentifier(type))
+        store(make, for: ObjectIdentifier(App.self))
     }
 
     /// Keeps an engine factory for the app type `key`.

@@ -23,7 +23,7 @@ public enum ReplicaSpecialization {
     /// - Parameter type: The app's type.
     @inlinable
     public static func register<App: SyncApp>(_ type: App.Type) {
-        store(Replica<App>.specializedFrameHandler, for: ObjectIdentifier(type))
+        store(Replica<App>.specializedFrameHandler, for: ObjectIdentifier(App.self))
     }
 
     /// Keeps a frame handler for the app type `key`.
@@ -38,7 +38,7 @@ public enum ReplicaSpecialization {
     /// - Returns: The handler, or `nil` when `App` was never registered.
     @usableFromInline
     static func handler<App: SyncApp>(for type: App.Type) -> Replica<App>.FrameHandler? {
-        handlers.withLock { $0[ObjectIdentifier(type)] } as? Replica<App>.FrameHandler
+        handlers.withLock { $0[ObjectIdentifier(App.self)] } as? Replica<App>.FrameHandler
     }
 
     /// Registered handlers by app type; each is a `Replica<App>.FrameHandler` for its key's `App`.

@@ -110,6 +110,9 @@ public enum ClientMessage: Sendable, Equatable {
     /// reports its last digest comparison (``DigestCheck``), which the hub shows in its entry
     /// of `status.replicas`.
     case status(checked: DigestCheck? = nil)
+    /// `{"type":"status"}`, reporting nothing: the same as `.status(checked: nil)`, as this
+    /// message was written before `checked` existed.
+    public static var status: ClientMessage { .status(checked: nil) }
     /// A barrier: `{"type":"sync"}` or `{"type":"sync","id":…}`. The hub answers
     /// ``HubMessage/synced(seq:id:)`` in order with everything it sends this connection, at O(1) cost.
     case sync(id: DispatchID?)

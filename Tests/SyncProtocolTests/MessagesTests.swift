@@ -32,6 +32,8 @@ struct MessagesTests {
                 == .dispatch(id: .number(7), action: ["type": "increment"]))
         #expect(try client(#"{"type":"dispatch","id":"a-1","action":null}"#) == .dispatch(id: .string("a-1"), action: nil))
         #expect(try client(#"{"type":"status","extra":true}"#) == .status())
+        // Code written before `checked` existed still says `.status`.
+        #expect(try client(#"{"type":"status","checked":null}"#) == ClientMessage.status)
         #expect(try client(#"{"type":"status","checked":{"seq":3,"agreed":true}}"#) == .status(checked: DigestCheck(seq: 3, agreed: true)))
     }
 

@@ -408,10 +408,10 @@ struct ReplicatorTests {
         #expect(hub.notes.contains("the stream ledger has a leader again"))
     }
 
-    @Test("a publish refused with an error the hub does not know (a leader stepping down: 'not leader', no code) refuses until the stream names a leader: the gate cannot reopen in the pass that closed it",
+    @Test("a publish refused for want of a leader (a leader stepping down: 'raft: not leader', no err_code) refuses until the stream names a leader: the gate cannot reopen in the pass that closed it",
           arguments: [#"{"error":{"code":503,"description":"raft: not leader"}}"#,
-                      #"{"error":{"code":500,"err_code":19999,"description":"something new"}}"#])
-    func unknownPublishError(answer: String) throws {
+                      #"{"error":{"code":500,"err_code":10008,"description":"JetStream system temporarily unavailable"}}"#])
+    func leaderlessPublishError(answer: String) throws {
         var hub = Harness()
         try hub.open(streamLast: 1)
         #expect(hub.available)
@@ -426,6 +426,19 @@ struct ReplicatorTests {
         #expect(!hub.available, "no leader named yet")
         try hub.answer(Harness.info, Harness.streamInfo(last: 1))
         #expect(hub.available)
+    }
+
+    @Test("a publish refused by a limit of the stream is refused, and the log stays available: the next dispatch is tried")
+    func limitPublishError() throws {
+        var hub = Harness()
+        try hub.open(streamLast: 1)
+        let one = LogRecord(seq: 1, origin: 1, id: .number(1), session: "s1", action: ["type": "increment"])
+        hub.send(.command(.propose([one], expectingLast: 0, epoch: 1)))
+        let proposal = try #require(hub.proposals.last)
+        hub.acknowledge(proposal.ack, ["error": ["code": 400, "err_code": 10054, "description": "message size exceeds maximum allowed"]])
+        #expect(hub.events.contains { if case .failed(from: 1, _) = $0 { return true } else { return false } })
+        #expect(hub.available)
+        #expect(!hub.notes.contains("the stream ledger has a leader again"))
     }
 
     @Test("a shared snapshot goes out as a chain of requests (newest head, chunks one at a time, its head, purges) while deliveries go on; one handed over with the link down goes once it is back")

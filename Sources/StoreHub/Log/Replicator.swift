@@ -1078,8 +1078,8 @@ extension JetStreamLog {
             }
         }
 
-        /// No server took a proposal (503), or the stream refused one with an error this hub does
-        /// not know: refuse until the stream names a leader again (asked every 250 ms).
+        /// No server took a proposal (503), or the stream refused one for want of a leader or of
+        /// servers: refuse until the stream names a leader again (asked every 250 ms).
         private mutating func awaitLeader() {
             guard !awaitingLeader else { return }
             awaitingLeader = true
@@ -1464,11 +1464,18 @@ extension JetStreamLog {
                 case JetStreamErrorCode.wrongLastMessageID:
                     void(from: index, .conflict(from: item.record.seq, logLast: next - 1))
                 default:
-                    // Refused for a reason this hub does not know (a leader stepping down says
-                    // "not leader" with no code). Not available until the stream names a leader
-                    // again: else the gate, closed by the failure, would open in the same pass
-                    // and the dispatches it voided would be proposed again at once, and again.
-                    awaitLeader()
+                    // An answer about leadership (a leader stepping down says "raft: not leader"
+                    // with code 503 and no err_code; a cluster without enough servers): not
+                    // available until the stream names a leader again, as for a 503 status.
+                    // Else the gate, closed by the failure, would open in the same pass and the
+                    // dispatches it voided would be proposed again at once, and again. Other
+                    // refusals (a limit of the stream) are refused as they come.
+                    let httpCode = error["code"]?.intValue ?? 0
+                    if httpCode == 503 || text.lowercased().contains("not leader")
+                        || code == JetStreamErrorCode.temporarilyUnavailable || code == JetStreamErrorCode.notCurrentlyAvailable
+                        || code == JetStreamErrorCode.noSuitablePeers {
+                        awaitLeader()
+                    }
                     void(from: index, .failed(from: item.record.seq, StorageError("NATS refused to store it: \(ControlCharacters.escaped(text)) (\(code))")))
                 }
                 return

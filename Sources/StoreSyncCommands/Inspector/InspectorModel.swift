@@ -7,9 +7,11 @@ import SyncPOSIX
 /// among them (so any state since the oldest can be rebuilt here), and the hub's last `status`.
 ///
 /// Bounded: at most `keep` actions and 64 MiB of their JSON. States are taken from the
-/// replica every `keep / 16` actions (a value copy: no reducer runs for it), and the oldest
-/// actions leave a stretch at a time, down to the next state kept, so the inspector runs no
-/// reducer per action beyond its replica's; it keeps from 15/16 of `keep` to `keep` actions.
+/// replica at the end of a read, every `keep / 16` actions or more (a value copy: no reducer
+/// runs for it), and the oldest actions leave a stretch at a time, down to the next state
+/// kept, so the inspector runs no reducer per action beyond its replica's. It keeps at least
+/// half of `keep` (a stretch that would leave fewer goes one action at a time, each applied to
+/// the base instead), and all but the last sixteenth or so while reads are short.
 /// Older states are rebuilt, off the hub, from the hub's data directory when the inspector is
 /// given it (`--data-dir`: the newest snapshot at or before the seq and the journal after it),
 /// else from the hub's resume window when it still starts at seq 1. Thread-safe: the replica's
@@ -116,8 +118,14 @@ final class InspectorModel<App: SyncApp>: Sendable {
     private func evict(_ ring: inout Ring) -> [KeptState] {
         var dropped: [KeptState] = []
         while ring.entries.count - ring.head > keep || (ring.bytes > maxBytes && ring.entries.count - ring.head > 1) {
-            // Compared as seqs before any conversion: `count` is at most the kept actions.
-            if let next = ring.later.first, next.seq > ring.base.seq, next.seq <= ring.newest {
+            let kept = ring.entries.count - ring.head
+            let overBytes = ring.bytes > maxBytes
+            // Compared as seqs before any conversion: `count` is at most the kept actions. A
+            // jump that would leave fewer than half of `keep` (states are taken at the end of a
+            // read, and a read that catches up can be long) is made only for the byte bound;
+            // else the oldest action is applied to the base, one at a time, until it is not.
+            if let next = ring.later.first, next.seq > ring.base.seq, next.seq <= ring.newest,
+               overBytes || kept - Int(next.seq - ring.base.seq) >= keep / 2 {
                 let count = Int(next.seq - ring.base.seq)
                 for entry in ring.entries[ring.head..<(ring.head + count)] { ring.bytes -= entry.line.count }
                 ring.head += count
