@@ -245,11 +245,11 @@ func timedRun(_ workers: [WorkerProcess], actions: Int, inspector: Int32? = nil)
     let elapsed = nanoseconds(ContinuousClock.now - start)
     let hubCPU = CPUTime.of(getpid()).since(hubBefore)
     let workerCPU = zip(workers, workersBefore).map { CPUTime.of($0.process.processIdentifier).since($1) }
-    let inspectorCPU = zip(inspector.map { [$0] } ?? [], inspectorBefore.map { [$0] } ?? []).map { CPUTime.of($0).since($1) }
+    let inspectorCPU = inspector.flatMap { pid in inspectorBefore.map { CPUTime.of(pid).since($0) } }
     for worker in workers { worker.finish() }
     guard digests.count == 1 else { throw SystemError("replicas disagree: \(digests)") }
     // The inspector's process, when there is one (the page's reading thread is the bench's, in the hub's figure).
-    let inspectorMetrics = inspectorCPU.first.map { cpu in
+    let inspectorMetrics = inspectorCPU.map { cpu in
         [("cpu_us_per_action_inspector", (Double(cpu.total) / 1000 / Double(max(1, actions)) * 100).rounded() / 100)]
     } ?? []
     return [("actions_per_s", Double(actions) / elapsed * 1e9), ("actions", Double(actions))]

@@ -26,13 +26,13 @@ public enum HubSpecialization {
         let make: @Sendable (App, Bool) -> HubEngine = { app, checkDeterminism in
             HubEngine(app: app, checkDeterminism: checkDeterminism)
         }
-        store(make, for: ObjectIdentifier(App.self))
+        store(make, for: App.self)
     }
 
-    /// Keeps an engine factory for the app type `key`.
+    /// Keeps an engine factory for the app type `type`.
     @usableFromInline
-    static func store(_ make: any Sendable, for key: ObjectIdentifier) {
-        factories.withLock { $0[key] = make }
+    static func store(_ make: any Sendable, for type: Any.Type) {
+        factories.set(make, for: type)
     }
 
     /// The engine for `app` made by the factory registered for its type, if any (once per hub,
@@ -44,10 +44,10 @@ public enum HubSpecialization {
     /// - Returns: The engine, or `nil` when `App` was never registered.
     @usableFromInline
     static func engine<App: SyncApp>(for app: App, checkDeterminism: Bool) -> HubEngine? {
-        let make = factories.withLock { $0[ObjectIdentifier(App.self)] } as? @Sendable (App, Bool) -> HubEngine
+        let make = factories.value(for: App.self) as? @Sendable (App, Bool) -> HubEngine
         return make?(app, checkDeterminism)
     }
 
     /// Registered factories by app type; each is a `@Sendable (App, Bool) -> HubEngine` for its key's `App`.
-    private static let factories = Locked<[ObjectIdentifier: any Sendable]>([:])
+    private static let factories = TypeKeyed()
 }

@@ -23,13 +23,13 @@ public enum ReplicaSpecialization {
     /// - Parameter type: The app's type.
     @inlinable
     public static func register<App: SyncApp>(_ type: App.Type) {
-        store(Replica<App>.specializedFrameHandler, for: ObjectIdentifier(App.self))
+        store(Replica<App>.specializedFrameHandler, for: App.self)
     }
 
-    /// Keeps a frame handler for the app type `key`.
+    /// Keeps a frame handler for the app type `type`.
     @usableFromInline
-    static func store(_ handler: any Sendable, for key: ObjectIdentifier) {
-        handlers.withLock { $0[key] = handler }
+    static func store(_ handler: any Sendable, for type: Any.Type) {
+        handlers.set(handler, for: type)
     }
 
     /// The frame handler registered for `App`, if any (looked up once per attach, never per action).
@@ -38,9 +38,9 @@ public enum ReplicaSpecialization {
     /// - Returns: The handler, or `nil` when `App` was never registered.
     @usableFromInline
     static func handler<App: SyncApp>(for type: App.Type) -> Replica<App>.FrameHandler? {
-        handlers.withLock { $0[ObjectIdentifier(App.self)] } as? Replica<App>.FrameHandler
+        handlers.value(for: App.self) as? Replica<App>.FrameHandler
     }
 
     /// Registered handlers by app type; each is a `Replica<App>.FrameHandler` for its key's `App`.
-    private static let handlers = Locked<[ObjectIdentifier: any Sendable]>([:])
+    private static let handlers = TypeKeyed()
 }

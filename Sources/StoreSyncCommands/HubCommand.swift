@@ -52,7 +52,8 @@ public enum HubCommand {
         let program = executableName(commandLine.first, otherwise: Self.program)
         guard let first = apps.first else { hubFail("no app to serve", status: 1) }
         let defaultApp = type(of: first).name
-        let names = apps.map { type(of: $0).name }.joined(separator: ", ")
+        let appNames = apps.map { type(of: $0).name }
+        let names = appNames.joined(separator: ", ")
         let options: HubOptions
         do throws(UsageError) {
             options = try HubOptions.parse(commandLine)
@@ -63,7 +64,7 @@ public enum HubCommand {
         case .serve:
             break
         case .help:
-            print(HubOptions.usage(program: program, apps: apps.map { type(of: $0).name }))
+            print(HubOptions.usage(program: program, apps: appNames))
             exit(0)
         case .version:
             print("\(program) (StoreSync \(StoreSyncVersion.current))")

@@ -165,9 +165,10 @@ struct ReplicaOptions: Equatable {
                                  replicas (name, uid, pid, lag) and the hub's and log's health;
                                  and an export for Redux DevTools. Prints the URL with a random
                                  token first: a request without it, from another origin, or with
-                                 another Host gets 403. Keeps the last N actions (default 10000);
-                                 older states are rebuilt from the hub's data directory with
-                                 --data-dir DIR (read only), else from the hub's resume window.
+                                 another Host gets 403. Keeps up to the last N actions (default
+                                 10000; at least N/2); older states are rebuilt from the hub's
+                                 data directory with --data-dir DIR (read only), else from the
+                                 hub's resume window.
                                  Rides through hub restarts; ends on SIGINT or SIGTERM (exit 0).
                                  The app must be built in. See docs/DEBUGGING.md.
           top [--count N] [--interval SECONDS]

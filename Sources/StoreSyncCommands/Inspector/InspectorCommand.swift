@@ -86,7 +86,18 @@ enum InspectorCommand {
 
     /// An event for the page's stream.
     static func event(_ name: String, _ data: [UInt8]) -> [UInt8] {
-        Array("event: \(name)\ndata: ".utf8) + data + Array("\n\n".utf8)
+        var bytes: [UInt8] = []
+        appendEvent(name, data, to: &bytes)
+        return bytes
+    }
+
+    /// Appends an event for the page's stream to `bytes` (no array of its own per event).
+    static func appendEvent(_ name: String, _ data: [UInt8], to bytes: inout [UInt8]) {
+        bytes += "event: ".utf8
+        bytes += name.utf8
+        bytes += "\ndata: ".utf8
+        bytes += data
+        bytes += "\n\n".utf8
     }
 
     /// Runs the inspector until SIGINT, SIGTERM, or the hub goes for good.
@@ -137,7 +148,7 @@ enum InspectorCommand {
                     last ? Optional(replica.store.unobservedState) : .none
                 }
                 let events = pending.withLock { pending -> [UInt8] in
-                    pending += Self.event("action", line)
+                    Self.appendEvent("action", line, to: &pending)
                     guard last else { return [] }
                     defer { pending.removeAll(keepingCapacity: true) }
                     return pending
@@ -244,7 +255,7 @@ enum InspectorCommand {
             let newest = model.window.newest
             let after = seq("after") ?? (newest > 500 ? newest - 500 : 0)
             var initial = event("status", model.statusJSON().canonicalBytes)
-            for line in model.lines(after: after, limit: 2_000) { initial += event("action", line) }
+            for line in model.lines(after: after, limit: 2_000) { appendEvent("action", line, to: &initial) }
             return .stream(initial: initial)
         case "/api/actions":
             let lines = model.lines(after: seq("after") ?? 0, limit: 2_000)
