@@ -37,7 +37,8 @@ let package = Package(
         .executable(name: "sync-bench", targets: ["sync-bench"]),
     ],
     targets: [
-        // The one lock type (Locked), over a C header of ThreadSanitizer annotations.
+        // The one lock type (Locked), over a C header of ThreadSanitizer annotations, and
+        // TypeKeyed, values kept by type under it.
         .target(name: "CSyncTSan"),
         .target(name: "SyncLocks", dependencies: ["CSyncTSan"]),
         .target(name: "StoreCore", dependencies: ["SyncLocks"]),
