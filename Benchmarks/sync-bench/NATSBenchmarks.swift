@@ -22,12 +22,46 @@ final class BenchNATS {
     /// The stream replicas this bench's streams get (1, or 3 on a cluster).
     var streamReplicas: Int { ports.count }
 
+    /// The server the bench starts, or why there is none: `$STORESYNC_NATS_SERVER`, else the
+    /// newest release `Scripts/install-nats-server` put in `.build/nats-server-VERSION/`, else
+    /// the first `nats-server` on `PATH`; refused when older than 2.10.23, as hubs refuse it.
+    static let server: (path: String?, skipped: String) = {
+        let install = "run Scripts/install-nats-server (sync-bench then finds the pinned release in .build by itself), or set STORESYNC_NATS_SERVER"
+        let environment = ProcessInfo.processInfo.environment
+        var candidate = environment["STORESYNC_NATS_SERVER"].flatMap { $0.isEmpty ? nil : $0 }
+        if candidate == nil {
+            let entries = (try? FileManager.default.contentsOfDirectory(atPath: ".build")) ?? []
+            let pinned = entries.compactMap { name -> (version: [Int], path: String)? in
+                guard name.hasPrefix("nats-server-") else { return nil }
+                let path = FileManager.default.currentDirectoryPath + "/.build/\(name)/bin/nats-server"
+                guard FileManager.default.isExecutableFile(atPath: path) else { return nil }
+                return (name.dropFirst("nats-server-".count).split(separator: ".").compactMap { Int($0) }, path)
+            }
+            candidate = pinned.max { $0.version.lexicographicallyPrecedes($1.version) }?.path ?? findOnPath("nats-server")
+        }
+        guard let path = candidate else { return (nil, "no nats-server; \(install)") }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = ["--version"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        guard (try? process.run()) != nil else { return (nil, "\(path) does not run; \(install)") }
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        let version = text.range(of: " v").map { mark in
+            text[mark.upperBound...].prefix { $0.isNumber || $0 == "." }.split(separator: ".").compactMap { Int($0) }
+        } ?? []
+        guard version.count >= 3, !version.prefix(3).lexicographicallyPrecedes([2, 10, 23]) else {
+            return (nil, "\(path) is not nats-server 2.10.23 or later (it says \(text.trimmingCharacters(in: .whitespacesAndNewlines).prefix(60))); \(install)")
+        }
+        return (path, "")
+    }()
+
     /// Starts one server (`servers: 1`) or a cluster of `servers`, or returns `nil` when
     /// `nats-server` is not installed.
     init?(servers: Int = 1) throws {
-        // The documented choice first (`.ci/run` sets it to the pinned server), then PATH.
-        let chosen = ProcessInfo.processInfo.environment["STORESYNC_NATS_SERVER"].flatMap { $0.isEmpty ? nil : $0 }
-        guard let path = chosen ?? findOnPath("nats-server") else { return nil }
+        guard let path = Self.server.path else { return nil }
         let clients = try (0..<servers).map { _ in try Self.freePort() }
         let routes = try (0..<servers).map { _ in try Self.freePort() }
         ports = clients

@@ -46,7 +46,8 @@ let usage = """
                         executor=replica (inside withTaskExecutorPreference(replica.executor))
       nats.publish      the shared log's baseline: envelope-sized messages published to a JetStream
                         stream by the hub's own NATS client, 256 unacknowledged at most, no
-                        expectations (skipped without a nats-server: $STORESYNC_NATS_SERVER, else PATH)
+                        expectations (skipped without nats-server 2.10.23+: $STORESYNC_NATS_SERVER,
+                        else .build/nats-server-*/ from Scripts/install-nats-server, else PATH)
       hub.throughput    (fsync=nats) N = 4 replicas over 1 hub and over 3 hubs on one stream of a
                         local nats-server, then 3 hubs on a stream with 3 replicas on a 3-node
                         cluster on loopback (stream_replicas=3, with its own nats.publish);
@@ -231,7 +232,7 @@ struct SyncBench {
                         report(try hubThroughputNATS(cluster, hubs: 3, replicas: 4, actions: quick ? 10_000 : 50_000))
                     }
                 } else {
-                    Console.error("sync-bench: nats.publish and the shared-log scenarios skipped: no nats-server (set STORESYNC_NATS_SERVER, or put nats-server 2.10.23 or later on PATH; bash .ci/run installs 2.12.8 in .build)")
+                    Console.error("sync-bench: nats.publish and the shared-log scenarios skipped: \(BenchNATS.server.skipped)")
                 }
             }
             if wanted("hydrate") { report(try hydrate(stateBytes: 1 << 20)) }

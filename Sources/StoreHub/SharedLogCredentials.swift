@@ -25,6 +25,11 @@ public struct SharedLogCredentials: Sendable, Equatable {
     /// The name of the credential in `$CREDENTIALS_DIRECTORY`.
     public static let credentialName = "nats-credentials"
 
+    /// The keys a credentials file may give.
+    private enum Key: String {
+        case user, password, token
+    }
+
     /// Whether any secret is set.
     public var isEmpty: Bool { user == nil && password == nil && token == nil }
 
@@ -41,20 +46,24 @@ public struct SharedLogCredentials: Sendable, Equatable {
         for (index, line) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             if line.allSatisfy({ $0 == " " || $0 == "\t" }) || line.hasPrefix("#") { continue }
             guard let equals = line.firstIndex(of: "=") else {
-                return .failure(StorageError("\(source), line \(index + 1): expected key=value (user=, password= or token=)"))
+                return .failure(StorageError("\(source), line \(index + 1): expected key=value (user=, password= or token=); the line is not shown, as it may be a secret"))
             }
             let key = String(line[..<equals].drop(while: { $0 == " " || $0 == "\t" }).reversed()
                 .drop(while: { $0 == " " || $0 == "\t" }).reversed())
             let value = String(line[line.index(after: equals)...])
-            guard !value.isEmpty else {
-                return .failure(StorageError("\(source), line \(index + 1): \(ControlCharacters.escaped(key)) has no value"))
+            // A key is named in a message only when it is one of the three: anything else may be
+            // a secret written where a key belongs (a bare token or key ends in `=`), so neither
+            // it nor any part of it is shown.
+            guard let known = Key(rawValue: key) else {
+                return .failure(StorageError("\(source), line \(index + 1): the text before \"=\" is not user, password or token (not shown: it may be a secret); write user=NAME and password=SECRET, or token=SECRET"))
             }
-            switch key {
-            case "user": credentials.user = value
-            case "password": credentials.password = value
-            case "token": credentials.token = value
-            default:
-                return .failure(StorageError("\(source), line \(index + 1): unknown key \"\(ControlCharacters.escaped(String(key.prefix(40))))\" (the keys are user, password and token)"))
+            guard !value.isEmpty else {
+                return .failure(StorageError("\(source), line \(index + 1): \(known.rawValue)= has no value"))
+            }
+            switch known {
+            case .user: credentials.user = value
+            case .password: credentials.password = value
+            case .token: credentials.token = value
             }
         }
         return credentials.checked()

@@ -1,4 +1,6 @@
+import StoreHub
 import SyncPOSIX
+import SyncProtocol
 
 /// A mistake on a command line, as a value: what to say. The command prints it after its
 /// name and exits with status 2 (bad usage).
@@ -103,7 +105,7 @@ struct FlagTable<Options> {
         guard let flag = flag(named: argument) else { return nil }
         var value = ""
         if flag.takesValue {
-            guard let next = cursor.next() else { throw UsageError("\(argument) needs a value; see \(program) --help") }
+            guard let next = cursor.next() else { throw UsageError("\(shown(argument)) needs a value; see \(program) --help") }
             value = next
         }
         try flag.apply(&options, value)
@@ -139,8 +141,13 @@ struct FlagTable<Options> {
     ///   - word: What to call it ("argument", "option").
     /// - Returns: The error.
     func unknownFlag(_ argument: String, program: String, word: String = "argument") -> UsageError {
+        // `--flag=value` for a flag of the table: the value goes after a space.
+        if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "="), let known = flag(named: String(argument[..<equals])),
+           known.takesValue {
+            return UsageError("unknown \(word) \"\(shown(argument))\": write \(argument[..<equals]) VALUE, with a space; see \(program) --help")
+        }
         let hint = closestFlag(argument, among: names).map { " (did you mean \($0)?)" } ?? ""
-        return UsageError("unknown \(word) \"\(argument)\"\(hint); see \(program) --help")
+        return UsageError("unknown \(word) \"\(shown(argument))\"\(hint); see \(program) --help")
     }
 
     /// The help's OPTIONS entries: each flag as shown, its description from the help column
@@ -165,6 +172,23 @@ struct FlagTable<Options> {
     }
 }
 
+/// An argument as a message may quote it: never a secret, never a control character.
+///
+/// Whatever stands before an `@` in a URL (`nats://USER:PASS@…`, or `USER:PASS@HOST` without
+/// a scheme) is shown as `***`, wherever the argument stands on the command line; the value
+/// of `--flag=value` is not shown at all (`--flag=…`): it may be anything, a secret too.
+/// Control characters are escaped.
+///
+/// - Parameter argument: An argument, or a flag's value, as given.
+/// - Returns: The text to put in a message.
+func shown(_ argument: String) -> String {
+    if argument.hasPrefix("-"), let equals = argument.firstIndex(of: "=") {
+        // `--flag=value`: the value of a flag may be anything, a secret too, and is not shown.
+        return ControlCharacters.escaped(String(argument[..<equals])) + "=…"
+    }
+    return SharedLogConfiguration.redact(argument)
+}
+
 /// Reads a positive whole number.
 ///
 /// - Parameters:
@@ -173,7 +197,7 @@ struct FlagTable<Options> {
 /// - Returns: The number.
 /// - Throws: ``UsageError`` when it is not a positive whole number.
 func positiveInteger(_ text: String, for flag: String) throws(UsageError) -> Int {
-    guard let number = Int(text), number > 0 else { throw UsageError("\(flag) needs a positive integer, got \"\(text)\"") }
+    guard let number = Int(text), number > 0 else { throw UsageError("\(flag) needs a positive integer, got \"\(shown(text))\"") }
     return number
 }
 
@@ -186,7 +210,7 @@ func positiveInteger(_ text: String, for flag: String) throws(UsageError) -> Int
 /// - Throws: ``UsageError`` when it is out of range or not a number.
 func secondsValue(_ text: String, for flag: String) throws(UsageError) -> Duration {
     guard let seconds = Double(text), seconds > 0, seconds <= 86_400 else {
-        throw UsageError("\(flag) needs a number of seconds above 0 and at most 86400, got \"\(text)\"")
+        throw UsageError("\(flag) needs a number of seconds above 0 and at most 86400, got \"\(shown(text))\"")
     }
     return .milliseconds(max(1, Int(seconds * 1000)))
 }

@@ -104,7 +104,7 @@ enum GenericClient {
         var arguments = options.arguments[...]
         while let argument = arguments.popFirst() {
             guard argument == "--from" || argument == "--to" else {
-                fail("history takes --from SEQ, --to SEQ and --diff, not \"\(argument)\"", status: 2)
+                fail("history takes --from SEQ, --to SEQ and --diff, not \"\(shown(argument))\"", status: 2)
             }
             guard let text = arguments.popFirst(), let number = UInt64(text), number >= 1 else {
                 fail("history \(argument) needs a seq (a whole number from 1)", status: 2)

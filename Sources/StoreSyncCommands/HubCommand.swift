@@ -81,7 +81,7 @@ public enum HubCommand {
         let sharedLog = options.logURL.map { sharedLogConfiguration($0, options: options, program: program) }
         if let checkData = options.checkData { checkDataDirectory(checkData, repair: options.repair, apps: apps, program: program) }
         guard let app = apps.first(where: { JSONKey(type(of: $0).name) == JSONKey(appName) }) else {
-            hubFail("unknown app \"\(appName)\"; the apps are \(names) (\(program) --list-apps)", status: 2)
+            hubFail("unknown app \"\(shown(appName))\"; the apps are \(names) (\(program) --list-apps)", status: 2)
         }
         let logs = LogWriter(prefix: "\(program): ")
         let configuration = hubConfiguration(options, appName: appName, sharedLog: sharedLog, program: program, logs: logs)

@@ -188,7 +188,7 @@ struct HubOptions: Equatable {
                 "connect. 0660 with --socket-group lets the group connect.",
             ]) { options, text throws(UsageError) in
                 guard let mode = mode_t(text, radix: 8), mode <= 0o777, mode & 0o600 == 0o600 else {
-                    throw UsageError("--socket-mode needs an octal mode from 600 to 777 that lets the hub's user read and write, e.g. 0660, got \"\(text)\"")
+                    throw UsageError("--socket-mode needs an octal mode from 600 to 777 that lets the hub's user read and write, e.g. 0660, got \"\(shown(text))\"")
                 }
                 options.socketMode = mode
             },
@@ -197,7 +197,7 @@ struct HubOptions: Equatable {
                 "directory the hub creates belong to it, and its members pass the",
                 "peer check below.",
             ]) { options, text throws(UsageError) in
-                guard let gid = accounts.gid(text) else { throw UsageError("--socket-group: no group \"\(text)\" on this system") }
+                guard let gid = accounts.gid(text) else { throw UsageError("--socket-group: no group \"\(shown(text))\" on this system") }
                 options.socketGroup = gid
             },
             .value("--allow-uid", "--allow-uid UID[,UID…]", help: [
@@ -207,7 +207,7 @@ struct HubOptions: Equatable {
                 "whatever the socket's mode.",
             ]) { options, text throws(UsageError) in
                 for part in text.split(separator: ",") {
-                    guard let uid = accounts.uid(String(part)) else { throw UsageError("--allow-uid: no user \"\(part)\" on this system") }
+                    guard let uid = accounts.uid(String(part)) else { throw UsageError("--allow-uid: no user \"\(shown(String(part)))\" on this system") }
                     options.allowedUIDs.insert(uid)
                 }
             },
@@ -239,7 +239,7 @@ struct HubOptions: Equatable {
                     let directory = String(text.dropFirst("file:".count))
                     guard !directory.isEmpty else { throw UsageError("--log file: needs a directory, e.g. --log file:/var/lib/storesync") }
                     if let dataDirectory = options.dataDirectory, dataDirectory != directory {
-                        throw UsageError("--log \(text) and --data-dir \(dataDirectory) name two directories; give one")
+                        throw UsageError("--log \(shown(text)) and --data-dir \(shown(dataDirectory)) name two directories; give one")
                     }
                     options.dataDirectory = directory
                 } else if text.hasPrefix("nats://") {
@@ -295,7 +295,7 @@ struct HubOptions: Equatable {
                 "        a hub crash loses nothing, a power loss or kernel crash can",
                 "        lose the last seconds; recovery yields a consistent prefix.",
             ]) { options, text throws(UsageError) in
-                guard let mode = FsyncMode(rawValue: text) else { throw UsageError("--fsync is always, batch or never, got \"\(text)\"") }
+                guard let mode = FsyncMode(rawValue: text) else { throw UsageError("--fsync is always, batch or never, got \"\(shown(text))\"") }
                 options.fsyncMode = mode
             },
             .value("--snapshot-every", "--snapshot-every N", help: [
@@ -333,7 +333,7 @@ struct HubOptions: Equatable {
                 "the whole state per N actions. 0 sends none.",
             ]) { options, text throws(UsageError) in
                 guard let number = Int(text), number >= 0 else {
-                    throw UsageError("--checkpoint-every needs a whole number (0: no checkpoints), got \"\(text)\"")
+                    throw UsageError("--checkpoint-every needs a whole number (0: no checkpoints), got \"\(shown(text))\"")
                 }
                 options.checkpointEvery = number
             },
@@ -346,7 +346,7 @@ struct HubOptions: Equatable {
                 "within about two intervals of steady traffic.",
             ]) { options, text throws(UsageError) in
                 guard let number = Double(text), number >= 0, number <= 86_400 else {
-                    throw UsageError("--checkpoint-interval needs a number of seconds from 0 to 86400 (0: by seq only), got \"\(text)\"")
+                    throw UsageError("--checkpoint-interval needs a number of seconds from 0 to 86400 (0: by seq only), got \"\(shown(text))\"")
                 }
                 options.checkpointInterval = .milliseconds(Int(number * 1000))
             },
@@ -384,7 +384,7 @@ struct HubOptions: Equatable {
                 switch text {
                 case "on": options.logTimestamps = true
                 case "off": options.logTimestamps = false
-                default: throw UsageError("--log-timestamps is on or off, got \"\(ControlCharacters.escaped(text))\"")
+                default: throw UsageError("--log-timestamps is on or off, got \"\(shown(text))\"")
                 }
             },
             .value("--log-level", "--log-level LEVEL", help: [
@@ -395,7 +395,7 @@ struct HubOptions: Equatable {
                 "errors.",
             ]) { options, text throws(UsageError) in
                 guard let level = HubLogger.Level(name: text) else {
-                    throw UsageError("--log-level is one of \(HubLogger.Level.allCases.map(\.description).joined(separator: ", ")), got \"\(ControlCharacters.escaped(text))\"")
+                    throw UsageError("--log-level is one of \(HubLogger.Level.allCases.map(\.description).joined(separator: ", ")), got \"\(shown(text))\"")
                 }
                 options.logLevel = level
             },
@@ -421,7 +421,7 @@ struct HubOptions: Equatable {
                 "before SEQ (or from the start, while the journal holds seq 1);",
                 "exit 1 saying what can be rebuilt when SEQ is older.",
             ]) { options, text throws(UsageError) in
-                guard let seq = UInt64(text) else { throw UsageError("--at needs a seq (a whole number), got \"\(text)\"") }
+                guard let seq = UInt64(text) else { throw UsageError("--at needs a seq (a whole number), got \"\(shown(text))\"") }
                 options.exportAt = seq
             },
             .value("--max-frame-bytes", "--max-frame-bytes N", help: [

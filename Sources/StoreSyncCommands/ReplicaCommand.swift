@@ -81,7 +81,7 @@ public enum ReplicaCommand {
             fail("missing command (attach, dispatch, state, watch, status, top, history or inspect); see \(ReplicaCommand.program) --help", status: 2)
         }
         guard ["attach", "dispatch", "state", "watch", "status", "top", "history", "inspect"].contains(command) else {
-            fail("unknown command \"\(command)\"; the commands are attach, dispatch, state, watch, status, top, history and inspect", status: 2)
+            fail("unknown command \"\(shown(command))\"; the commands are attach, dispatch, state, watch, status, top, history and inspect", status: 2)
         }
         if command == "inspect" {
             // Bad usage (a host that is not loopback) is said before anything connects.
@@ -97,7 +97,7 @@ public enum ReplicaCommand {
         // With --app, bad usage is reported (exit 2) before anything connects.
         if let name = options.app {
             guard let app = app(named: name) else {
-                fail("unknown app \"\(name)\"; \(ReplicaCommand.program) knows \(names)", status: 2)
+                fail("unknown app \"\(shown(name))\"; \(ReplicaCommand.program) knows \(names)", status: 2)
             }
             if command == "dispatch" { _ = options.arguments.map { wireAction(app, $0) } }
         }
@@ -157,7 +157,7 @@ public enum ReplicaCommand {
                     // The hub's app, learned from its status: say which hub, and how to pick another.
                     fail("the hub at \(connection.path) serves app \"\(appName ?? "")\", which \(ReplicaCommand.program) does not know (it knows \(names)); attach and inspect need the app built in (state, watch and dispatch work with any hub); run your app's own CLI, or point this one at another hub with --socket PATH", status: 1)
                 }
-                fail("unknown app \"\(appName ?? "")\"; \(ReplicaCommand.program) knows \(names)", status: 2)
+                fail("unknown app \"\(shown(appName ?? ""))\"; \(ReplicaCommand.program) knows \(names)", status: 2)
             }
             try await run(app, over: connection, command: command, options: options)
         } catch {

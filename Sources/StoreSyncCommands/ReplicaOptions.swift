@@ -256,7 +256,7 @@ struct ReplicaOptions: Equatable {
                 // Replica ids and names: a word of digits is an id, anything else a name.
                 let words = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
                 guard !words.isEmpty, words.allSatisfy({ !$0.isEmpty }) else {
-                    throw UsageError("--origin needs replica ids or names, e.g. --origin 3, --origin 3,7 or --origin alice, got \"\(ControlCharacters.escaped(text))\"")
+                    throw UsageError("--origin needs replica ids or names, e.g. --origin 3, --origin 3,7 or --origin alice, got \"\(shown(text))\"")
                 }
                 func isID(_ word: String) -> Bool { word.allSatisfy(\.isASCII) && Int(word).map { $0 >= 0 } == true }
                 let ids = words.filter(isID).compactMap { Int($0) }

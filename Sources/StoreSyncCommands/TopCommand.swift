@@ -37,7 +37,7 @@ enum TopCommand {
                 }
                 interval = number
             default:
-                fail("top takes --count N and --interval SECONDS, not \"\(argument)\"", status: 2)
+                fail("top takes --count N and --interval SECONDS, not \"\(shown(argument))\"", status: 2)
             }
         }
         ReplicaCommand.exitOnTerminationSignal()

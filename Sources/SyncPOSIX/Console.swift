@@ -20,10 +20,12 @@ public enum Console {
     /// - Parameter line: The text.
     public static func out(_ line: String) { writeLine(1, line) }
 
-    /// Writes `line` and a newline to standard error.
+    /// Writes `line` and a newline to standard error, with the credentials of any URL in it
+    /// replaced by `***` (``URLCredentials/redacted(in:)``): messages and logs never hold a
+    /// password, whatever was given where.
     ///
     /// - Parameter line: The text.
-    public static func error(_ line: String) { writeLine(2, line) }
+    public static func error(_ line: String) { writeLine(2, URLCredentials.redacted(in: line)) }
 
     /// Where lines go instead while a ``LineEditor`` reads a line (drawn above it).
     private static let interposer = Locked<(@Sendable (String) -> Void)?>(nil)

@@ -55,7 +55,7 @@ public final class LogWriter: Sendable {
     public func write(_ line: String) {
         // One line, whatever it holds: no newline or control sequence from text another
         // process chose reaches the log or the terminal behind it.
-        var bytes = Array(ControlCharacters.terminalSafe(line, keepingNewlines: false).utf8)
+        var bytes = Array(ControlCharacters.terminalSafe(URLCredentials.redacted(in: line), keepingNewlines: false).utf8)
         bytes.append(UInt8(ascii: "\n"))
         // The common case: nothing queued, and room in the pipe for one atomic write
         // (`PIPE_BUF`): written here, in order with what came before.

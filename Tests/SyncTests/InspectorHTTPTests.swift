@@ -85,6 +85,28 @@ struct InspectorHTTPTests {
         #expect(InspectorAccess.equalInConstantTime("abc", "abc") && !InspectorAccess.equalInConstantTime("abc", "abd"))
     }
 
+    @Test("on ports 80 and 443 the host is accepted without its default port, as browsers send it")
+    func defaultPorts() {
+        let web = InspectorAccess(token: "secret-token", port: 80)
+        func request(_ access: InspectorAccess, host: String, origin: String? = nil) -> InspectorAccess.Decision {
+            var headers = ["host": host]
+            if let origin { headers["origin"] = origin }
+            return access.decide(HTTPRequest(method: "GET", path: "/", query: ["token": "secret-token"], headers: headers))
+        }
+        #expect(request(web, host: "127.0.0.1") == .allow)
+        #expect(request(web, host: "127.0.0.1:80") == .allow)
+        #expect(request(web, host: "localhost", origin: "http://localhost") == .allow)
+        #expect(request(web, host: "[::1]", origin: "http://[::1]:80") == .allow)
+        #expect(request(web, host: "evil.example").status == 403)
+        #expect(request(web, host: "127.0.0.1", origin: "https://127.0.0.1").status == 403)
+        let tls = InspectorAccess(token: "secret-token", port: 443)
+        #expect(request(tls, host: "127.0.0.1", origin: "https://127.0.0.1") == .allow)
+        #expect(request(tls, host: "127.0.0.1:443") == .allow)
+        // Elsewhere the port is required: another port's server is another origin.
+        #expect(request(access, host: "127.0.0.1").status == 403)
+        #expect(request(access, host: "127.0.0.1:8765", origin: "http://127.0.0.1").status == 403)
+    }
+
     @Test("inspect --http takes loopback hosts only, with a clear line for any other")
     func loopbackOnly() throws {
         #expect(try InspectorCommand.parse(["--http", "0"]).port == 0)

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 
+// The pages' code examples, links and command references stay in step with the code here; their
+// transcripts (README.md's walkthroughs, docs/OPERATIONS.md §20's outputs) are run and compared
+// by ReadmeTranscriptTests.swift and OperationsTranscriptTests.swift.
+
 /// The page that shows the code examples the tests and `Examples/Tally` compile.
 private let examplesPage = "docs/YOUR-APP.md"
 

@@ -11,8 +11,12 @@ struct InspectorAccess: Sendable {
     /// The token every request must carry.
     let token: String
     /// The `Host` values that name this server: `127.0.0.1:PORT`, `localhost:PORT` or
-    /// `[::1]:PORT`, as it listens.
+    /// `[::1]:PORT`, as it listens; on port 80 (and 443, behind a forward that adds TLS) also
+    /// without the port, as browsers and curl send them for a scheme's default port.
     let hosts: Set<String>
+    /// The `Origin` values of the server's own page: `http://` and each host (`https://` and
+    /// each host without its port, on 443).
+    let origins: Set<String>
 
     /// The access rule for a server listening on a loopback address.
     ///
@@ -21,7 +25,19 @@ struct InspectorAccess: Sendable {
     ///   - port: The port it listens on.
     init(token: String, port: Int) {
         self.token = token
-        hosts = ["127.0.0.1:\(port)", "localhost:\(port)", "[::1]:\(port)"]
+        let names = ["127.0.0.1", "localhost", "[::1]"]
+        var hosts = Set(names.map { "\($0):\(port)" })
+        var origins = Set(hosts.map { "http://" + $0 })
+        // A browser leaves a scheme's default port out of both Host and Origin.
+        if port == 80 {
+            hosts.formUnion(names)
+            origins.formUnion(names.map { "http://" + $0 })
+        } else if port == 443 {
+            hosts.formUnion(names)
+            origins.formUnion(names.map { "https://" + $0 })
+        }
+        self.hosts = hosts
+        self.origins = origins
     }
 
     /// What to do with a request.
@@ -44,7 +60,7 @@ struct InspectorAccess: Sendable {
         guard let host = request.headers["host"]?.lowercased(), hosts.contains(host) else {
             return .refuse(status: 403, "the Host header does not name this server (open the URL the inspector printed)")
         }
-        if let origin = request.headers["origin"], !hosts.contains(where: { origin.lowercased() == "http://" + $0 }) {
+        if let origin = request.headers["origin"], !origins.contains(origin.lowercased()) {
             return .refuse(status: 403, "a request from another origin")
         }
         guard let given = request.query["token"], Self.equalInConstantTime(given, token) else {

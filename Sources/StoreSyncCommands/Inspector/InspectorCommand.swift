@@ -53,10 +53,10 @@ enum InspectorCommand {
                 }
                 if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
                 guard ["127.0.0.1", "localhost", "::1"].contains(host) else {
-                    throw UsageError("the inspector listens on loopback only (127.0.0.1, localhost or ::1), not \"\(ControlCharacters.escaped(host))\": to reach it from another machine, forward the port over SSH (ssh -L PORT:127.0.0.1:PORT HOST; docs/DEBUGGING.md)")
+                    throw UsageError("the inspector listens on loopback only (127.0.0.1, localhost or ::1), not \"\(shown(host))\": to reach it from another machine, forward the port over SSH (ssh -L PORT:127.0.0.1:PORT HOST; docs/DEBUGGING.md)")
                 }
                 guard let port = Int(portText), (0...65_535).contains(port) else {
-                    throw UsageError("inspect --http needs [HOST:]PORT with a port from 0 to 65535 (0: any free port), got \"\(ControlCharacters.escaped(value))\"")
+                    throw UsageError("inspect --http needs [HOST:]PORT with a port from 0 to 65535 (0: any free port), got \"\(shown(value))\"")
                 }
                 result.host = host
                 result.port = port
@@ -64,11 +64,11 @@ enum InspectorCommand {
                 result.dataDirectory = value
             case "--keep":
                 guard let keep = Int(value), keep > 0, keep <= 1_000_000 else {
-                    throw UsageError("inspect --keep needs a number of actions from 1 to 1000000, got \"\(ControlCharacters.escaped(value))\"")
+                    throw UsageError("inspect --keep needs a number of actions from 1 to 1000000, got \"\(shown(value))\"")
                 }
                 result.keep = keep
             default:
-                throw UsageError("inspect takes --http [HOST:]PORT, --data-dir DIR and --keep N, not \"\(ControlCharacters.escaped(argument))\"")
+                throw UsageError("inspect takes --http [HOST:]PORT, --data-dir DIR and --keep N, not \"\(shown(argument))\"")
             }
         }
         guard sawHTTP else { throw UsageError("inspect needs --http [HOST:]PORT (e.g. --http 127.0.0.1:8765, or --http 0 for any free port)") }
@@ -242,6 +242,11 @@ enum InspectorCommand {
         return model
     }
 
+    /// The most bytes of action lines a live stream starts with.
+    static var streamStartBytes: Int { 256 << 10 }
+    /// The most bytes of action lines one `/api/actions` page holds (at least one line).
+    static var pageBytes: Int { 1 << 20 }
+
     /// Answers one allowed request.
     static func route<App: SyncApp>(_ request: HTTPRequest, model: InspectorModel<App>, socketPath: String) -> InspectorServer.Reply {
         func json(_ value: JSON, status: Int = 200, headers: [(String, String)] = []) -> InspectorServer.Reply {
@@ -252,13 +257,23 @@ enum InspectorCommand {
         case "/", "/index.html":
             return .response(status: 200, contentType: "text/html; charset=utf-8", body: InspectorPage.html)
         case "/api/events":
+            // The stream starts with the status and the newest actions after `after` (default:
+            // the last 500) within ``streamStartBytes``; when older ones were left out, a `more`
+            // event names the range and the page reads it from /api/actions in pages. So a
+            // stream never starts with more than it may leave unread.
             let newest = model.window.newest
             let after = seq("after") ?? (newest > 500 ? newest - 500 : 0)
             var initial = event("status", model.statusJSON().canonicalBytes)
-            for line in model.lines(after: after, limit: 2_000) { appendEvent("action", line, to: &initial) }
+            let (lines, more, first) = model.lines(after: after, limit: 2_000, maxBytes: streamStartBytes)
+            if more, let first {
+                appendEvent("more", JSON.object(["after": JSON(after), "before": JSON(first)]).canonicalBytes, to: &initial)
+            }
+            for line in lines { appendEvent("action", line, to: &initial) }
             return .stream(initial: initial)
         case "/api/actions":
-            let lines = model.lines(after: seq("after") ?? 0, limit: 2_000)
+            // Oldest first, a page at a time: at most 2,000 lines and ``pageBytes`` (at least one line).
+            let (lines, _, _) = model.lines(after: seq("after") ?? 0, before: seq("before"), limit: 2_000, maxBytes: pageBytes,
+                                         newest: false)
             var body: [UInt8] = [UInt8(ascii: "[")]
             for (index, line) in lines.enumerated() {
                 if index > 0 { body.append(UInt8(ascii: ",")) }
@@ -266,6 +281,13 @@ enum InspectorCommand {
             }
             body.append(UInt8(ascii: "]"))
             return .response(status: 200, contentType: "application/json", body: body)
+        case "/api/action":
+            // One action whole, however large (its line in a list says only its size).
+            guard let at = seq("seq") else { return json(["error": "action needs ?seq=N"], status: 400) }
+            guard let line = model.wholeLine(at: at) else {
+                return json(["error": .string("seq \(at) is not among the actions the inspector keeps"), "seq": JSON(at)], status: 404)
+            }
+            return .response(status: 200, contentType: "application/json", body: line)
         case "/api/state":
             guard let at = seq("seq") else { return json(["error": "state needs ?seq=N"], status: 400) }
             switch model.stateAndPatch(at: at, hubWindow: { hubActions(socketPath: socketPath, through: $0) }) {

@@ -21,9 +21,17 @@ final class InspectorModel<App: SyncApp>: Sendable {
     struct Entry: Sendable {
         /// The action as sequenced.
         let action: SequencedAction
-        /// Its line for the page (`{"action":…,"id":…,"origin":…,"origin_name":…,"seq":…,"time":…,"type":…}`).
+        /// Its line for the page (`{"action":…,"id":…,"origin":…,"origin_name":…,"seq":…,"time":…,"type":…}`),
+        /// or, for an action of more than ``InspectorModel/maxLineActionBytes``, its placeholder
+        /// (`"action_bytes":N` instead of `"action"`).
         let line: [UInt8]
     }
+
+    /// The largest action a page line holds whole (64 KiB of canonical JSON); a larger one's
+    /// line says its size instead, and the page fetches it alone (`/api/action?seq=N`).
+    static var maxLineActionBytes: Int { 64 << 10 }
+    /// The most bytes (UTF-8) of an action's `type` a line repeats beside it.
+    static var maxLineTypeBytes: Int { 200 }
 
     /// A state the inspector keeps: right after action `seq`.
     struct KeptState: Sendable {
@@ -151,13 +159,26 @@ final class InspectorModel<App: SyncApp>: Sendable {
     /// same bytes as the canonical form of ``SequencedAction``'s members plus `type`, with
     /// `time` as a number): the action's JSON is encoded once, and nothing is sorted.
     ///
-    /// - Parameter action: The action.
+    /// An action of more than ``maxLineActionBytes`` gets `"action_bytes":N` (its size)
+    /// instead of `"action"`, and a `type` is cut to ``maxLineTypeBytes`` bytes, at a scalar's end (then
+    /// `"type_cut":true`), so every line stays small whatever a client dispatched.
+    ///
+    /// - Parameters:
+    ///   - action: The action.
+    ///   - whole: Whether the action is written whatever its size (`/api/action?seq=N`).
     /// - Returns: `{"action":…,"id":…,"origin":…,"origin_name":…,"seq":…,"time":…,"type":…}`.
-    static func line(for action: SequencedAction) -> [UInt8] {
+    static func line(for action: SequencedAction, whole: Bool = false) -> [UInt8] {
         var line: [UInt8] = []
         line.reserveCapacity(160)
         line += #"{"action":"#.utf8
+        let start = line.count
         action.action.writeCanonical(into: &line)
+        let size = line.count - start
+        if size > maxLineActionBytes, !whole {
+            line.removeSubrange(1...)
+            line += #""action_bytes":"#.utf8
+            JSON(size).writeCanonical(into: &line)
+        }
         line += #","id":"#.utf8
         action.id.json.writeCanonical(into: &line)
         line += #","origin":"#.utf8
@@ -174,7 +195,20 @@ final class InspectorModel<App: SyncApp>: Sendable {
         }
         if let type = action.action["type"]?.stringValue {
             line += #","type":"#.utf8
-            JSON.string(type).writeCanonical(into: &line)
+            if type.utf8.count > maxLineTypeBytes {
+                // Cut by bytes, at a scalar's end: a character may hold any number of scalars.
+                var cut = String.UnicodeScalarView()
+                var bytes = 0
+                for scalar in type.unicodeScalars {
+                    bytes += UTF8.width(scalar)
+                    guard bytes <= maxLineTypeBytes else { break }
+                    cut.append(scalar)
+                }
+                JSON.string(String(cut)).writeCanonical(into: &line)
+                line += #","type_cut":true"#.utf8
+            } else {
+                JSON.string(type).writeCanonical(into: &line)
+            }
         }
         line.append(UInt8(ascii: "}"))
         return line
@@ -198,12 +232,52 @@ final class InspectorModel<App: SyncApp>: Sendable {
         ring.withLock { ring in (ring.base.seq, ring.newest) }
     }
 
-    /// The kept actions after `seq`, at most `limit` (the newest ones), as lines.
-    func lines(after seq: UInt64, limit: Int) -> [[UInt8]] {
+    /// The kept actions after `after` and before `before`, as lines, oldest first: at most
+    /// `limit` of them and `maxBytes` of lines (always at least one when there is one), the
+    /// oldest of the range or the newest.
+    ///
+    /// - Parameters:
+    ///   - after: The seq they follow.
+    ///   - before: The seq they precede (`nil`: up to the newest).
+    ///   - limit: The most lines.
+    ///   - maxBytes: The most bytes of lines.
+    ///   - newest: Whether the newest of the range are taken (else the oldest).
+    /// - Returns: The lines, whether the range held more than they, and the seq of the first.
+    func lines(after: UInt64, before: UInt64? = nil, limit: Int, maxBytes: Int = .max,
+               newest: Bool = true) -> (lines: [[UInt8]], more: Bool, first: UInt64?) {
         ring.withLock { ring in
-            let kept = ring.entries[ring.head...].filter { $0.action.seq > seq }
-            return kept.suffix(limit).map(\.line)
+            let entries = ring.entries[ring.head...]
+            // Kept actions are consecutive: the range is found by arithmetic, not by a scan.
+            let first = ring.base.seq + 1
+            guard after < UInt64.max else { return ([], false, nil) }
+            let low = max(after + 1, first)
+            let high = min(before.map { $0 == 0 ? 0 : $0 - 1 } ?? ring.newest, ring.newest)
+            guard low <= high, high >= first else { return ([], false, nil) }
+            let range = (entries.startIndex + Int(low - first))...(entries.startIndex + Int(high - first))
+            var picked: [[UInt8]] = []
+            var bytes = 0
+            let indices: [Int] = newest ? range.reversed() : Array(range)
+            for index in indices {
+                let line = entries[index].line
+                guard picked.count < limit, picked.isEmpty || bytes + line.count <= maxBytes else { break }
+                picked.append(line)
+                bytes += line.count
+            }
+            let firstSeq = newest ? high - UInt64(picked.count) + 1 : low
+            return (newest ? picked.reversed() : picked, picked.count < range.count, picked.isEmpty ? nil : firstSeq)
         }
+    }
+
+    /// The line of one kept action with the action whole, whatever its size.
+    ///
+    /// - Parameter seq: Its seq.
+    /// - Returns: The line, or `nil` when that action is not kept.
+    func wholeLine(at seq: UInt64) -> [UInt8]? {
+        let action = ring.withLock { ring -> SequencedAction? in
+            guard seq > ring.base.seq, seq <= ring.newest else { return nil }
+            return ring.entries[ring.head + Int(seq - ring.base.seq - 1)].action
+        }
+        return action.map { Self.line(for: $0, whole: true) }
     }
 
     /// The state right after `seq`, the JSON Patch that action made (from the state after

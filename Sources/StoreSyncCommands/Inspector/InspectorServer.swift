@@ -15,22 +15,40 @@ import SyncPOSIX
 ///
 /// Loopback only (``TCPSocket/listenOnLoopback(host:port:)``), `GET` only, every request
 /// checked by ``InspectorAccess``, and every resource a client can make it hold bounded:
-/// at most ``Limits/maxConnections`` connections (one more gets 503), a request head of at
-/// most 8 KiB (431), at most ``Limits/requestsPerSecond`` allowed requests a second with a
-/// burst of twice that, and as many refused ones on a budget of their own, so a flood of bad
-/// requests cannot starve the page (429), a whole head within ``Limits/headTimeout`` and an
-/// answer read with progress at least that often (else it is closed), and for a live stream
-/// (server-sent events) at most ``Limits/maxStreamBytes`` queued for a reader that does not
-/// read (then that stream is closed; the page reconnects). Every answer but a stream closes
-/// its connection.
+/// - at most ``Limits/maxConnections`` connections serving requests that carried the token
+///   (one more allowed request gets 503 with `Retry-After`, or, for the live stream, a
+///   `busy` event and a `retry:` its `EventSource` reconnects after);
+/// - at most ``Limits/maxUnproven`` more that have not shown the token yet: one more closes
+///   the one of those idle longest, so connections without the token cannot take the slots of
+///   the token's holders;
+/// - a request head of at most 8 KiB (431);
+/// - at most ``Limits/requestsPerSecond`` allowed requests a second with a burst of twice
+///   that, and as many refused ones on a budget of their own, so a flood of bad requests
+///   cannot starve the page (429);
+/// - a whole head within ``Limits/headTimeout``, and an answer read with progress at least
+///   that often (else it is closed);
+/// - for a live stream (server-sent events), at most ``Limits/maxStreamBytes`` that its
+///   reader leaves unread (then that stream is closed; the page reconnects). The stream's
+///   first chunk is bounded by the route (the page asks for older actions in pages), so a new
+///   stream is never closed for its own start.
+/// Every answer but a stream closes its connection.
 ///
 /// The handler runs on a queue of its own, not on the server's thread: a slow answer (a state
 /// rebuilt from a data directory) holds up no stream and no other client.
 final class InspectorServer: Sendable {
     /// The bounds.
     struct Limits: Sendable {
-        /// The most connections at once.
+        /// The most connections at once serving requests that carried the token.
         var maxConnections = 16
+        /// The most connections at once that have not shown the token yet (reading a head, or
+        /// being refused).
+        var maxUnproven = 16
+        /// What a refused live stream's `retry:` asks its `EventSource` to wait before
+        /// reconnecting, and a 503's `Retry-After`.
+        var retryAfter: Duration = .seconds(2)
+        /// How long a new connection has to send its request before one more connection
+        /// without the token may push it out (newcomers wait in the listen backlog meanwhile).
+        var grace: Duration = .milliseconds(250)
         /// Requests accepted a second (a burst of twice as many is allowed).
         var requestsPerSecond = 50
         /// How long a connection may take to send a whole request head.
@@ -53,6 +71,9 @@ final class InspectorServer: Sendable {
     private let access: InspectorAccess
     private let limits: Limits
     private let handler: @Sendable (HTTPRequest) -> Reply
+    /// Whether a request asks for the live stream (a refusal for lack of room is then a
+    /// stream that says so and asks its `EventSource` to retry).
+    private let isStreamRequest: @Sendable (HTTPRequest) -> Bool
     private let wake: (read: Int32, write: Int32)
     /// Event bytes for every stream, handed over by other threads.
     private let outbox = Locked<(chunks: [[UInt8]], bytes: Int, overflow: Bool, stop: Bool)>(([], 0, false, false))
@@ -68,14 +89,18 @@ final class InspectorServer: Sendable {
     ///   - port: Its port.
     ///   - access: Who may read.
     ///   - limits: The bounds.
-    ///   - handler: Answers an allowed request (on the server's thread).
+    ///   - isStreamRequest: Whether a request asks for the live stream (default: its path is
+    ///     `/api/events`).
+    ///   - handler: Answers an allowed request (on a queue of the server's own).
     /// - Throws: ``SystemError`` when the wake pipe cannot be made.
     init(listener: Int32, port: Int, access: InspectorAccess, limits: Limits = Limits(),
+         isStreamRequest: @escaping @Sendable (HTTPRequest) -> Bool = { $0.path == "/api/events" },
          handler: @escaping @Sendable (HTTPRequest) -> Reply) throws(SystemError) {
         self.listener = listener
         self.port = port
         self.access = access
         self.limits = limits
+        self.isStreamRequest = isStreamRequest
         self.handler = handler
         wake = try UnixSocket.makePipe()
     }
@@ -115,14 +140,22 @@ final class InspectorServer: Sendable {
         var written = 0
         var isStream = false
         var closeWhenWritten = false
+        /// Its request carried the token (it holds one of ``Limits/maxConnections``).
+        var proven = false
+        /// When it last sent or read anything (the idle longest of the unproven goes first).
+        var active: ContinuousClock.Instant
+        /// When it was accepted (it is not pushed out within ``Limits/grace`` of that).
+        let accepted: ContinuousClock.Instant
         /// Its request is with the handler.
         var awaitingAnswer = false
         /// Its whole head must have arrived by then; then, while an answer is written, it must
         /// have read some of it by then (moved on at each progress).
         var deadline: ContinuousClock.Instant
-        init(fd: Int32, number: UInt64, deadline: ContinuousClock.Instant) {
+        init(fd: Int32, number: UInt64, now: ContinuousClock.Instant, deadline: ContinuousClock.Instant) {
             self.fd = fd
             self.number = number
+            self.active = now
+            self.accepted = now
             self.deadline = deadline
         }
         var pending: Int { output.count - written }
@@ -141,8 +174,13 @@ final class InspectorServer: Sendable {
             UnixSocket.close(wake.read)
             UnixSocket.close(wake.write)
         }
+        // While every connection without the token is within its grace, newcomers wait in the
+        // listen backlog until then.
+        var acceptPausedUntil: ContinuousClock.Instant?
         while true {
-            var set = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0), pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
+            let paused = acceptPausedUntil.map { ContinuousClock.now < $0 } ?? false
+            var set = [pollfd(fd: listener, events: paused ? 0 : Int16(POLLIN), revents: 0),
+                       pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
             let order = Array(clients.values)
             for client in order {
                 var events: Int16 = client.isStream || client.closeWhenWritten || client.awaitingAnswer ? 0 : Int16(POLLIN)
@@ -151,7 +189,12 @@ final class InspectorServer: Sendable {
                 if client.isStream { events |= Int16(POLLIN) }
                 set.append(pollfd(fd: client.fd, events: events, revents: 0))
             }
-            _ = poll(&set, nfds_t(set.count), 1_000)
+            var timeout: Int32 = 1_000
+            if paused, let until = acceptPausedUntil {
+                let left = (until - ContinuousClock.now).components
+                timeout = Int32(clamping: max(1, left.seconds * 1_000 + left.attoseconds / 1_000_000_000_000_000 + 1))
+            }
+            _ = poll(&set, nfds_t(set.count), timeout)
             let now = ContinuousClock.now
             if set[1].revents != 0 {
                 var scratch = [UInt8](repeating: 0, count: 256)
@@ -186,26 +229,9 @@ final class InspectorServer: Sendable {
                     continue
                 }
                 for chunk in chunks { client.output += chunk }
-                if client.pending > limits.maxStreamBytes {
-                    // A reader that does not read is not waited for.
-                    UnixSocket.close(client.fd)
-                    clients[client.fd] = nil
-                }
             }
-            if set[0].revents != 0 {
-                while let fd = try? UnixSocket.accept(listener) {
-                    guard clients.count < limits.maxConnections else {
-                        let body = Array("at most \(limits.maxConnections) connections at once; try again\n".utf8)
-                        _ = Self.head(status: 503, contentType: "text/plain; charset=utf-8", length: body.count, headers: [])
-                            .withUnsafeBytes { UnixSocket.write(fd, $0, dontWait: true) }
-                        _ = body.withUnsafeBytes { UnixSocket.write(fd, $0, dontWait: true) }
-                        UnixSocket.close(fd)
-                        continue
-                    }
-                    numbers += 1
-                    clients[fd] = Client(fd: fd, number: numbers, deadline: now + limits.headTimeout)
-                }
-            }
+            // What the clients sent and can take first, then new connections: a head that has
+            // arrived is read before a newcomer could push its connection out.
             for (index, client) in order.enumerated() {
                 guard clients[client.fd] === client else { continue }
                 let revents = set[index + 2].revents
@@ -213,9 +239,11 @@ final class InspectorServer: Sendable {
                     let result = buffer.withUnsafeMutableBytes { UnixSocket.read(client.fd, into: $0) }
                     switch result {
                     case .bytes(let count):
+                        client.active = now
                         if !client.isStream, !client.closeWhenWritten, !client.awaitingAnswer {
                             client.input += buffer[0..<count]
-                            serve(client, allowed: &allowedBudget, refused: &refusedBudget, now: now)
+                            let serving = clients.values.count { $0.proven }
+                            serve(client, serving: serving, allowed: &allowedBudget, refused: &refusedBudget, now: now)
                         }
                     case .wouldBlock:
                         break
@@ -230,6 +258,7 @@ final class InspectorServer: Sendable {
                     switch result {
                     case .bytes(let count):
                         client.written += count
+                        if count > 0 { client.active = now }
                         if client.closeWhenWritten { client.deadline = now + limits.headTimeout }
                     case .wouldBlock: break
                     case .endOfFile, .failed:
@@ -242,18 +271,51 @@ final class InspectorServer: Sendable {
                         client.written = 0
                     }
                 }
-                // A head that never ends, or an answer nobody reads: closed (a stream has its own bound).
+                // A head that never ends, or an answer nobody reads: closed. A stream is closed
+                // when its reader leaves more than its bound unread, after what it could take was written.
                 let late = !client.isStream && !client.awaitingAnswer && now >= client.deadline
-                if late || (client.closeWhenWritten && client.pending == 0) {
+                let unread = client.isStream && client.pending > limits.maxStreamBytes
+                if late || unread || (client.closeWhenWritten && client.pending == 0) {
                     UnixSocket.close(client.fd)
                     clients[client.fd] = nil
+                }
+            }
+            if set[0].revents != 0 || (acceptPausedUntil.map { now >= $0 } ?? false) {
+                acceptPausedUntil = nil
+                while true {
+                    // Connections that have not shown the token have a share of their own: past
+                    // it, the one idle longest among those past their grace makes room (never one
+                    // serving the token's holders, never one just accepted, whose request may be
+                    // on its way). When all are that new, newcomers wait in the backlog.
+                    let unproven = clients.values.filter { !$0.proven }
+                    if unproven.count >= limits.maxUnproven {
+                        guard let idlest = unproven.filter({ now - $0.accepted >= limits.grace }).min(by: { $0.active < $1.active }) else {
+                            acceptPausedUntil = unproven.map(\.accepted).min().map { $0 + limits.grace } ?? now + limits.grace
+                            break
+                        }
+                        // Only for a connection that is waiting.
+                        var waiting = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+                        guard poll(&waiting, 1, 0) > 0, waiting.revents & Int16(POLLIN) != 0 else { break }
+                        UnixSocket.close(idlest.fd)
+                        clients[idlest.fd] = nil
+                    }
+                    guard let fd = try? UnixSocket.accept(listener) else { break }
+                    numbers += 1
+                    clients[fd] = Client(fd: fd, number: numbers, now: now, deadline: now + limits.headTimeout)
                 }
             }
         }
     }
 
     /// Answers the request a client has sent, once its head is whole.
-    private func serve(_ client: Client, allowed: inout Budget, refused: inout Budget, now: ContinuousClock.Instant) {
+    ///
+    /// - Parameters:
+    ///   - client: The client.
+    ///   - serving: How many connections serve the token's holders now.
+    ///   - allowed: The budget of allowed requests.
+    ///   - refused: The budget of refused ones.
+    ///   - now: The time.
+    private func serve(_ client: Client, serving: Int, allowed: inout Budget, refused: inout Budget, now: ContinuousClock.Instant) {
         switch HTTPRequest.parse(client.input) {
         case .incomplete:
             return
@@ -271,6 +333,24 @@ final class InspectorServer: Sendable {
                 guard allowed.take(now: now) else {
                     return respond(client, status: 429, body: "more than \(limits.requestsPerSecond) requests a second; slow down")
                 }
+                guard serving < limits.maxConnections else {
+                    // Full with the token's holders: said in a way the asker retries on.
+                    let seconds = max(1, Int(limits.retryAfter.components.seconds))
+                    let message = "the inspector serves at most \(limits.maxConnections) connections at once, all in use; retrying in \(seconds) s"
+                    guard isStreamRequest(request) else {
+                        return respond(client, status: 503, body: message, headers: [("Retry-After", String(seconds))])
+                    }
+                    // An EventSource gives up for good on any status but 200; a 200 stream that
+                    // sets `retry:` and ends is reconnected after that long.
+                    var body = Self.streamHead()
+                    body += "retry: \(seconds * 1000)\n\n".utf8
+                    body += InspectorCommand.event("busy", JSON.object(["message": .string(message)]).canonicalBytes)
+                    client.output += body
+                    client.closeWhenWritten = true
+                    client.input = []
+                    return
+                }
+                client.proven = true
                 client.awaitingAnswer = true
                 let number = client.number, handler = self.handler, answered = self.answered, wake = self.wake.write
                 handlerQueue.async {
@@ -331,6 +411,7 @@ final class InspectorServer: Sendable {
     private static func reason(_ status: Int) -> String {
         switch status {
         case 200: "OK"
+        case 413: "Content Too Large"
         case 400: "Bad Request"
         case 403: "Forbidden"
         case 404: "Not Found"

@@ -8,21 +8,88 @@ import SyncPOSIX
 import SyncLocks
 import Synchronization
 
-/// The `nats-server` the shared-log tests start, or `nil` (they are then skipped, one line
-/// each): `$STORESYNC_NATS_SERVER` when it is set (`.ci/run` sets it to the pinned server it
-/// installs in the build area), else the first `nats-server` on `PATH`.
-let natsServerPath: String? = {
+/// The oldest nats-server release a hub accepts (older ones lose acknowledged records:
+/// docs/OPERATIONS.md §20). A server older than this is not used: the tests skip.
+let natsOldestUsable = [2, 10, 23]
+
+/// The `nats-server` the shared-log tests start, or why there is none (the tests are then
+/// skipped, one line each).
+///
+/// The candidate is `$STORESYNC_NATS_SERVER` when it is set, else the pinned release that
+/// `Scripts/install-nats-server` puts in the package's `.build/nats-server-VERSION/` (the
+/// newest there), else the first `nats-server` on `PATH`. Its `--version` is asked, and a
+/// release older than ``natsOldestUsable`` (Debian's 2.9.10, say) is skipped, not failed.
+let natsServer: (path: String?, skipped: String) = {
+    let install = "run Scripts/install-nats-server (it installs the pinned release where `swift test` finds it by itself)"
     let environment = ProcessInfo.processInfo.environment
+    let candidate: String
     if let chosen = environment["STORESYNC_NATS_SERVER"], !chosen.isEmpty {
-        return access(chosen, X_OK) == 0 ? chosen : nil
+        guard access(chosen, X_OK) == 0 else {
+            return (nil, "STORESYNC_NATS_SERVER=\(chosen) is not an executable nats-server, so this shared-log test was skipped; unset it, or \(install)")
+        }
+        candidate = chosen
+    } else if let pinned = pinnedNATSServer() {
+        candidate = pinned
+    } else if let onPath = (environment["PATH"] ?? "").split(separator: ":")
+        .map({ (directory: Substring) -> String in "\(directory)/nats-server" })
+        .first(where: { (path: String) -> Bool in access(path, X_OK) == 0 }) {
+        candidate = onPath
+    } else {
+        return (nil, "nats-server is not installed, so this shared-log test was skipped; \(install)")
     }
-    let candidates = (environment["PATH"] ?? "").split(separator: ":").map { "\($0)/nats-server" }
-    return candidates.first { access($0, X_OK) == 0 }
+    let oldest = natsOldestUsable.map(String.init).joined(separator: ".")
+    guard let version = natsServerVersion(candidate) else {
+        return (nil, "\(candidate) --version did not say a nats-server version, so this shared-log test was skipped; \(install)")
+    }
+    guard version.lexicographicallyPrecedes(natsOldestUsable) == false else {
+        let shown = version.map(String.init).joined(separator: ".")
+        return (nil, "\(candidate) is nats-server \(shown), older than \(oldest), which hubs refuse, so this shared-log test was skipped; \(install)")
+    }
+    return (candidate, "")
 }()
 
-/// The one line a skipped shared-log test prints.
-let natsMissing = ProcessInfo.processInfo.environment["STORESYNC_NATS_SERVER"].map { "STORESYNC_NATS_SERVER=\($0) is not an executable nats-server, so this shared-log test was skipped" }
-    ?? "nats-server is not installed, so this shared-log test was skipped; run `bash .ci/run` (it installs the pinned server and sets STORESYNC_NATS_SERVER), or put nats-server 2.10.23 or later on PATH"
+/// The path of the `nats-server` the shared-log tests use, or `nil`: see ``natsServer``.
+let natsServerPath: String? = natsServer.path
+
+/// The one line a skipped shared-log test prints: what was found, and the command that fixes it.
+let natsMissing: String = natsServer.skipped
+
+/// The newest `nats-server` that `Scripts/install-nats-server` installed in this package's
+/// `.build/nats-server-VERSION/bin/`, or `nil`.
+private func pinnedNATSServer() -> String? {
+    // This file is Tests/SyncTests/Support/NATSServer.swift.
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent().path
+    let build = root + "/.build"
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: build)) ?? []
+    let installed = entries.compactMap { name -> (version: [Int], path: String)? in
+        guard name.hasPrefix("nats-server-") else { return nil }
+        let version = name.dropFirst("nats-server-".count).split(separator: ".").compactMap { Int($0) }
+        let path = "\(build)/\(name)/bin/nats-server"
+        guard version.count == 3, access(path, X_OK) == 0 else { return nil }
+        return (version, path)
+    }
+    return installed.max { $0.version.lexicographicallyPrecedes($1.version) }?.path
+}
+
+/// The release a `nats-server` binary says it is (`nats-server: v2.12.8` → `[2, 12, 8]`), or
+/// `nil` when it does not run or says something else.
+private func natsServerVersion(_ path: String) -> [Int]? {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = ["--version"]
+    let output = Pipe()
+    process.standardOutput = output
+    process.standardError = output
+    do { try process.run() } catch { return nil }
+    let data = output.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    let text = String(decoding: data, as: UTF8.self)
+    guard let mark = text.range(of: " v") else { return nil }
+    let digits = text[mark.upperBound...].prefix { $0.isNumber || $0 == "." }
+    let version = digits.split(separator: ".").compactMap { Int($0) }
+    return version.count >= 3 ? Array(version.prefix(3)) : nil
+}
 
 /// A TCP port nothing listens on now (the kernel's choice), on 127.0.0.1.
 func freeTCPPort() throws -> Int {

@@ -1,21 +1,22 @@
+// BEGIN docs/YOUR-APP.md tally commands example
 import Foundation
 import SyncCore
 
 extension Tally {
-    /// One line for listings.
+    /// One line saying what the app is, for `tally-hub --list-apps`.
     public static let summary = "named counters shared by every process"
 
-    /// The CLI shorthand.
+    /// The shorthand `command(_:)` reads, for `tally-cli --help` and `:help` in `tally-cli attach`.
     public static let commandHelp = """
         add NAME [AMOUNT]            add AMOUNT (default 1) to counter NAME
         reset                        remove every counter (this process's clock goes in the action)
         {"type":…}                   any wire action as JSON
         """
 
-    /// Why an action was refused, for people.
+    /// Why the reducer refused an action: the message the dispatching process gets.
     ///
-    /// - Parameter failure: The refusal.
-    /// - Returns: What to do.
+    /// - Parameter failure: What the reducer threw.
+    /// - Returns: One sentence saying what was wrong and what to do.
     public func describe(_ failure: Failure) -> String {
         switch failure {
         case .emptyName: "a counter needs a name: add NAME [AMOUNT]"
@@ -23,7 +24,6 @@ extension Tally {
         }
     }
 
-    // BEGIN docs/YOUR-APP.md tally commands example
     /// `add NAME [AMOUNT]`, `reset`, or a JSON action.
     ///
     /// - Parameter line: The typed line.
@@ -44,5 +44,5 @@ extension Tally {
             return .action(try AppCommandParsing.jsonObject(line))
         }
     }
-    // END docs/YOUR-APP.md tally commands example
 }
+// END docs/YOUR-APP.md tally commands example

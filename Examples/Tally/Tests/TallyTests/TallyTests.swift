@@ -73,7 +73,7 @@ struct TallyProcessTests {
     }
     // END docs/YOUR-APP.md tally convergence example
 
-    @Test("a main-actor model over a replica of the tally")
+    @Test("a main-actor model over a replica of the tally, and a screen that holds one")
     @MainActor
     func mainActorModel() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tally-model-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
@@ -92,6 +92,12 @@ struct TallyProcessTests {
         // END docs/YOUR-APP.md tally model example
         #expect(seq == 1)
         #expect(model.linkState == .connected)
+        let screen = TallyScreen(replica: replica)
+        #expect(try await screen.addCoffee() == 2)
+        while screen.model.state.counts["coffee"] != 1 {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(screen.model.state.counts == ["tea": 2, "coffee": 1])
     }
 
     /// Starts tally-hub on `directory/hub.sock` (the directory is created) and waits until it serves.
