@@ -109,6 +109,11 @@ public protocol SyncApp: Reducer where State: Sendable, Action: Sendable {
     ///   - state: The replica's state the command looked at.
     /// - Returns: One line.
     func nothingSent(by line: String, state: State) -> String
+
+    /// Every version of the app this binary carries, oldest first, ending with this one, and
+    /// how a state moves along them. An app that replaces an earlier version conforms to
+    /// ``UpgradingApp`` and gets its chain from there; any other app's chain is itself alone.
+    var versions: AppVersionChain { get }
 }
 
 /// What a typed command asks for.
@@ -152,6 +157,9 @@ extension SyncApp {
 
     /// The app's fingerprint, `name@version`: hub and replica must agree on it exactly.
     public static var fingerprint: String { "\(name)@\(version)" }
+
+    /// The chain of an app that replaces no earlier version: itself alone.
+    public var versions: AppVersionChain { AppVersionChain(self) }
 
     /// The default summary: `the NAME app`.
     public static var summary: String { "the \(name) app" }
