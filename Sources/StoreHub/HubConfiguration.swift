@@ -95,6 +95,10 @@ public struct HubConfiguration: Sendable {
     /// results differ: a reducer that reads a clock, a random source or a global is caught
     /// before it diverges the replicas (default off: two more reducer runs and two state digests per live action; recovery is not checked).
     public var checkDeterminism = false
+    /// The newest version of the app the hub's binary carries (a fingerprint), when the hub
+    /// serves an older version because its history is of that version: `status` says it as
+    /// `upgradable_to`. `nil` (the default) when the hub runs the newest version it has.
+    public var upgradableTo: String?
     /// Dispatch ids remembered per client session, at least (default 1,000).
     public var dedupWindow: Int = Defaults.dedupWindow
     /// A connection that is not attached and sends no complete frame for this long, or that

@@ -53,7 +53,6 @@ public enum HubCommand {
         guard let first = apps.first else { hubFail("no app to serve", status: 1) }
         let defaultApp = type(of: first).name
         let appNames = apps.map { type(of: $0).name }
-        let names = appNames.joined(separator: ", ")
         let options: HubOptions
         do throws(UsageError) {
             options = try HubOptions.parse(commandLine)
@@ -70,22 +69,51 @@ public enum HubCommand {
             print("\(program) (StoreSync \(StoreSyncVersion.current))")
             exit(0)
         case .listApps:
-            for app in apps {
-                let kind = type(of: app)
-                print("\(hubPad(kind.name, 9)) \(hubPad(kind.fingerprint, 11)) \(kind.summary)")
-            }
+            for line in appLines(apps) { print(line) }
             exit(0)
         }
         let appName = options.appName ?? defaultApp
         if let export = options.export { exportData(export, at: options.exportAt, apps: apps, program: program) }
         let sharedLog = options.logURL.map { sharedLogConfiguration($0, options: options, program: program) }
         if let checkData = options.checkData { checkDataDirectory(checkData, repair: options.repair, apps: apps, program: program) }
-        guard let app = apps.first(where: { JSONKey(type(of: $0).name) == JSONKey(appName) }) else {
-            hubFail("unknown app \"\(shown(appName))\"; the apps are \(names) (\(program) --list-apps)", status: 2)
+        var app: any SyncApp
+        switch AppChoice.find(appName, among: apps) {
+        case .success(let chosen): app = chosen
+        case .failure(let error): hubFail("\(error.message) (\(program) --list-apps)", status: 2)
         }
         let logs = LogWriter(prefix: "\(program): ")
-        let configuration = hubConfiguration(options, appName: appName, sharedLog: sharedLog, program: program, logs: logs)
+        var configuration = hubConfiguration(options, appName: AppChoice.name(appName), sharedLog: sharedLog, program: program, logs: logs)
+        // `--app NAME` on a data directory of an older version of NAME that this binary carries:
+        // the hub serves that version (the history's), and says it could move to the newest.
+        if let directory = options.dataDirectory, sharedLog == nil {
+            let written = DataDirectory.fingerprint(of: directory)
+            let chosen = AppChoice.forHistory(app, asked: appName, written: written)
+            if let newest = chosen.upgradableTo {
+                configuration.upgradableTo = newest
+                configuration.logger.notice("the data directory \(directory) holds a history of \(type(of: chosen.app).fingerprint): serving that version, which this hub carries beside \(newest) (status upgradable_to)")
+                app = chosen.app
+            }
+        }
         serve(app, configuration: configuration, logs: logs)
+    }
+
+    /// `--list-apps`: each version the executable carries, newest first (`--app NAME@VERSION`
+    /// runs one), with the version it upgrades from.
+    ///
+    /// - Parameter apps: The apps, each its newest version.
+    /// - Returns: One line per version.
+    static func appLines(_ apps: [any SyncApp]) -> [String] {
+        var lines: [String] = []
+        for app in apps {
+            let chain = app.versions
+            for fingerprint in chain.fingerprints.reversed() {
+                guard let version = chain.app(fingerprint) else { continue }
+                let kind = type(of: version)
+                let replaces = chain.previous(of: fingerprint).map { " (upgrades from \($0))" } ?? ""
+                lines.append("\(hubPad(kind.name, 9)) \(hubPad(kind.fingerprint, 11)) \(kind.summary)\(replaces)")
+            }
+        }
+        return lines
     }
 
     /// `--export DIR [--at SEQ]`: prints what a data directory holds (or the state at SEQ) and exits.

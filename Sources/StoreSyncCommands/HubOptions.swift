@@ -169,6 +169,7 @@ struct HubOptions: Equatable {
             .value("--app", "--app NAME", help: [
                 "The app (reducer) to run: \(appList).",
                 "Every replica must run the same app; see --list-apps.",
+                "NAME@VERSION runs that version of it exactly.",
             ], into: \.appName),
             .value("--socket", "--socket PATH", help: [
                 "The Unix socket to listen on. Default: $STORESYNC_SOCKET, else",

@@ -55,8 +55,9 @@ public enum ReplicaCommand {
     ///   - commandLine: The arguments, the executable first (default: this process's).
     public static func main(apps: [any SyncApp], commandLine: [String] = CommandLine.arguments) async {
         let names = apps.map { type(of: $0).name }.joined(separator: ", ")
+        // `NAME` (its newest version here) or `NAME@VERSION`.
         func app(named name: String) -> (any SyncApp)? {
-            apps.first { JSONKey(type(of: $0).name) == JSONKey(name) }
+            try? AppChoice.find(name, among: apps).get()
         }
         SignalPipe.unblockTerminationSignals()
         let options: ReplicaOptions
@@ -96,14 +97,17 @@ public enum ReplicaCommand {
         }
         // With --app, bad usage is reported (exit 2) before anything connects.
         if let name = options.app {
-            guard let app = app(named: name) else {
-                fail("unknown app \"\(shown(name))\"; \(ReplicaCommand.program) knows \(names)", status: 2)
+            let app: any SyncApp
+            switch AppChoice.find(name, among: apps) {
+            case .success(let chosen): app = chosen
+            case .failure(let error) where name.contains("@"): fail(error.message, status: 2)
+            case .failure: fail("unknown app \"\(shown(name))\"; \(ReplicaCommand.program) knows \(names)", status: 2)
             }
             if command == "dispatch" { _ = options.arguments.map { wireAction(app, $0) } }
         }
         // With no --app, a CLI of one app uses that app's default socket; replica-cli (several
         // apps) finds the one hub in the default directory, or says which to choose.
-        let defaultApp = options.app ?? (apps.count == 1 ? apps.first.map { type(of: $0).name } : nil)
+        let defaultApp = options.app.map(AppChoice.name) ?? (apps.count == 1 ? apps.first.map { type(of: $0).name } : nil)
         let paths: [String]
         do throws(SystemError) {
             paths = try SocketPath.locate(explicit: options.socket, app: defaultApp)
@@ -136,29 +140,34 @@ public enum ReplicaCommand {
                 return
             }
             var appName = options.app
+            var hubFingerprint: String?
             if command == "status" || appName == nil {
                 let status = try connection.status()
                 if command == "status" {
-                    if let asked = options.app, JSONKey(asked) != JSONKey(status.app) {
+                    if let asked = options.app, JSONKey(AppChoice.name(asked)) != JSONKey(status.app) {
                         Console.error("\(ReplicaCommand.program): note: the hub at \(connection.path) runs app \"\(status.app)\", not \"\(ControlCharacters.escaped(asked))\" (status does not attach, so --app changes nothing here)")
                     }
                     printStatus(status, json: options.json)
                     return
                 }
                 appName = status.app
+                hubFingerprint = status.fingerprint
             }
             if let name = appName, app(named: name) == nil, options.app == nil, command != "attach", command != "inspect" {
                 // Any hub can be read and written as raw JSON; only attach needs the reducer.
                 try GenericClient.run(app: name, over: connection, command: command, options: options)
                 return
             }
-            guard let name = appName, let app = app(named: name) else {
+            guard let name = appName, var app = app(named: name) else {
                 if options.app == nil {
                     // The hub's app, learned from its status: say which hub, and how to pick another.
                     fail("the hub at \(connection.path) serves app \"\(appName ?? "")\", which \(ReplicaCommand.program) does not know (it knows \(names)); attach and inspect need the app built in (state, watch and dispatch work with any hub); run your app's own CLI, or point this one at another hub with --socket PATH", status: 1)
                 }
                 fail("unknown app \"\(shown(appName ?? ""))\"; \(ReplicaCommand.program) knows \(names)", status: 2)
             }
+            // The hub's app, learned from its status: the version its history runs, when this
+            // executable carries it (a hub may serve an older version than the newest here).
+            if let hubFingerprint, let version = app.versions.app(hubFingerprint) { app = version }
             try await run(app, over: connection, command: command, options: options)
         } catch {
             fail(error.description)

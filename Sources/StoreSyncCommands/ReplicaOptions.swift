@@ -213,7 +213,7 @@ struct ReplicaOptions: Equatable {
             ], into: \.socket),
             .value("--app", "--app NAME", help: [
                 "The app to run (\(appNames)). Default: the hub's app,",
-                "taken from its status.",
+                "taken from its status. NAME@VERSION: that version exactly.",
             ], into: \.app),
             .value("--name", "--name NAME", help: [
                 "This replica's name in the hub's status and logs.",

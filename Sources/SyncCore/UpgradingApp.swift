@@ -64,7 +64,8 @@ public struct AppVersionChain: Sendable {
     /// One version: its fingerprint, and the step from the version before it.
     private struct Version: Sendable {
         let fingerprint: String
-        let summary: String
+        /// The version itself, as this binary carries it.
+        let app: any SyncApp
         /// Decodes a state of the version before, migrates it, and encodes it in this one
         /// (`nil` for the first version).
         let step: (@Sendable (JSON) throws(MigrationError) -> JSON)?
@@ -78,7 +79,7 @@ public struct AppVersionChain: Sendable {
     ///
     /// - Parameter app: The app.
     public init<App: SyncApp>(_ app: App) {
-        chain = [Version(fingerprint: App.fingerprint, summary: App.summary, step: nil,
+        chain = [Version(fingerprint: App.fingerprint, app: app, step: nil,
                          check: { json throws(AppCodingError) in _ = try app.decodeState(json) })]
     }
 
@@ -91,7 +92,7 @@ public struct AppVersionChain: Sendable {
         let previous = app.previous
         let from = App.Previous.fingerprint, to = App.fingerprint
         longer.chain.append(Version(
-            fingerprint: to, summary: App.summary,
+            fingerprint: to, app: app,
             step: { json throws(MigrationError) in
                 let old: App.Previous.State
                 do throws(AppCodingError) {
@@ -116,6 +117,15 @@ public struct AppVersionChain: Sendable {
 
     /// The newest version's fingerprint.
     public var newest: String { chain[chain.count - 1].fingerprint }
+
+    /// The version of this fingerprint, as this binary carries it (a hub runs it on a history
+    /// of that version, until the history is upgraded).
+    ///
+    /// - Parameter fingerprint: `name@version`.
+    /// - Returns: The app, or `nil` when the chain has no such version.
+    public func app(_ fingerprint: String) -> (any SyncApp)? {
+        chain.first { $0.fingerprint == fingerprint }?.app
+    }
 
     /// Whether the chain has a version of this fingerprint.
     ///

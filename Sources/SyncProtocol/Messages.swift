@@ -318,6 +318,9 @@ public struct HubStatus: Sendable, Equatable {
     /// For a hub on a log shared with other hubs (`log`): its kind, servers, stream, the
     /// log's last seq, the hub's applied seq and whether it is connected; `nil` otherwise.
     public var log: JSON?
+    /// The newest version of the app this hub carries, when the history runs an older one
+    /// (`upgradable_to`, a fingerprint); `nil` otherwise.
+    public var upgradableTo: String?
 
     /// Creates a status.
     ///
@@ -332,9 +335,11 @@ public struct HubStatus: Sendable, Equatable {
     ///   - maxFrameBytes: The hub's limit on a client frame's payload.
     ///   - history: The history id.
     ///   - storage: Storage facts.
+    ///   - log: Shared-log facts.
+    ///   - upgradableTo: The newest version this hub carries, when the history runs an older one.
     public init(protocolVersion: Int, app: String, fingerprint: String, hub: String, seq: UInt64,
                 digest: String, replicas: [ReplicaInfo], maxFrameBytes: Int? = nil, history: String? = nil,
-                storage: JSON? = nil, log: JSON? = nil) {
+                storage: JSON? = nil, log: JSON? = nil, upgradableTo: String? = nil) {
         self.protocolVersion = protocolVersion
         self.app = app
         self.fingerprint = fingerprint
@@ -346,6 +351,7 @@ public struct HubStatus: Sendable, Equatable {
         self.history = history
         self.storage = storage
         self.log = log
+        self.upgradableTo = upgradableTo
     }
 }
 
@@ -488,6 +494,7 @@ public enum HubMessage: Sendable, Equatable {
             if let limit = status.maxFrameBytes { members["max_frame_bytes"] = JSON(limit) }
             if let history = status.history { members["history"] = .string(history) }
             if let storage = status.storage { members["storage"] = storage }
+            if let newest = status.upgradableTo { members["upgradable_to"] = .string(newest) }
             if let log = status.log { members["log"] = log }
             return .object(members)
         case .synced(let seq, let id):
@@ -605,7 +612,8 @@ public enum HubMessage: Sendable, Equatable {
                                      maxFrameBytes: try optionalInt("max_frame_bytes"),
                                      history: m["history"]?.stringValue,
                                      storage: m["storage"].flatMap { $0.objectValue == nil ? nil : $0 },
-                                     log: m["log"].flatMap { $0.objectValue == nil ? nil : $0 }))
+                                     log: m["log"].flatMap { $0.objectValue == nil ? nil : $0 },
+                                     upgradableTo: m["upgradable_to"]?.stringValue))
         case "synced":
             var syncID: DispatchID?
             if let raw = m["id"], !raw.isNull {

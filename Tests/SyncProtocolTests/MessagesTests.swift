@@ -104,6 +104,8 @@ struct MessagesTests {
                                                                   checked: DigestCheck(seq: 6, agreed: true, divergences: 0))],
                               maxFrameBytes: 1 << 20, history: "0123456789abcdef",
                               storage: ["fsync": "batch", "journal_bytes": 10, "data_dir": nil])),
+            .status(HubStatus(protocolVersion: 1, app: "todos", fingerprint: "todos@1", hub: "h", seq: 3,
+                              digest: "d", replicas: [], upgradableTo: "todos@2")),
         ]
         for message in messages {
             var decoder = FrameDecoder()

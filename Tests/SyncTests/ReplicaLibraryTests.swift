@@ -45,6 +45,16 @@ final class InProcessHub<App: SyncApp>: Sendable {
 
 @Suite("StoreReplica library (hub in-process)")
 struct ReplicaLibraryTests {
+    @Test("status says upgradable_to when the hub serves an older version of its app than it carries, and nothing otherwise")
+    func upgradableTo() async throws {
+        let older = try InProcessHub(JSONApp()) { $0.upgradableTo = "json@2" }
+        #expect(try HubConnection.status(at: older.fixture.socket).upgradableTo == "json@2")
+        try await older.stop()
+        let newest = try InProcessHub(JSONApp())
+        #expect(try HubConnection.status(at: newest.fixture.socket).upgradableTo == nil)
+        try await newest.stop()
+    }
+
     @Test("dispatch returns the seq once applied; a refusal throws the hub's code and message")
     func dispatchAndReject() async throws {
         let hub = try InProcessHub(JSONApp())

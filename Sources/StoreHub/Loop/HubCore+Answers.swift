@@ -161,6 +161,7 @@ extension HubCore {
                                hub: hubID, seq: state.seq, digest: state.digest, replicas: replicas,
                                maxFrameBytes: configuration.maxFrameBytes, history: sequencer.history,
                                storage: .object(members))
+        status.upgradableTo = configuration.upgradableTo
         if case .object(var shared)? = storage.shared {
             shared["applied_seq"] = JSON(sequencer.appliedSeq)
             status.log = .object(shared)
