@@ -31,13 +31,12 @@ final class BenchNATS {
         var candidate = environment["STORESYNC_NATS_SERVER"].flatMap { $0.isEmpty ? nil : $0 }
         if candidate == nil {
             let entries = (try? FileManager.default.contentsOfDirectory(atPath: ".build")) ?? []
-            let pinned = entries.compactMap { name -> (version: [Int], path: String)? in
-                guard name.hasPrefix("nats-server-") else { return nil }
+            let pinned = entries.compactMap { name -> (version: NATSServerVersion, path: String)? in
+                guard name.hasPrefix("nats-server-"), let version = NATSServerVersion(String(name.dropFirst("nats-server-".count))) else { return nil }
                 let path = FileManager.default.currentDirectoryPath + "/.build/\(name)/bin/nats-server"
-                guard FileManager.default.isExecutableFile(atPath: path) else { return nil }
-                return (name.dropFirst("nats-server-".count).split(separator: ".").compactMap { Int($0) }, path)
+                return FileManager.default.isExecutableFile(atPath: path) ? (version, path) : nil
             }
-            candidate = pinned.max { $0.version.lexicographicallyPrecedes($1.version) }?.path ?? findOnPath("nats-server")
+            candidate = pinned.max { $0.version < $1.version }?.path ?? findOnPath("nats-server")
         }
         guard let path = candidate else { return (nil, "no nats-server; \(install)") }
         let process = Process()
@@ -49,11 +48,9 @@ final class BenchNATS {
         guard (try? process.run()) != nil else { return (nil, "\(path) does not run; \(install)") }
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
-        let version = text.range(of: " v").map { mark in
-            text[mark.upperBound...].prefix { $0.isNumber || $0 == "." }.split(separator: ".").compactMap { Int($0) }
-        } ?? []
-        guard version.count >= 3, !version.prefix(3).lexicographicallyPrecedes([2, 10, 23]) else {
-            return (nil, "\(path) is not nats-server 2.10.23 or later (it says \(text.trimmingCharacters(in: .whitespacesAndNewlines).prefix(60))); \(install)")
+        let oldest = JetStreamLog.oldestSupportedServer
+        guard let version = NATSServerVersion(announced: text), version >= oldest else {
+            return (nil, "\(path) is not nats-server \(oldest) or later (it says \(text.trimmingCharacters(in: .whitespacesAndNewlines).prefix(60))); \(install)")
         }
         return (path, "")
     }()

@@ -65,7 +65,7 @@ public final class NATSConnection {
     /// (between 1 KiB and 64 MiB whatever it says; 1 MiB when it says nothing).
     public var maxPayload: Int { min(64 << 20, max(1 << 10, info["max_payload"]?.intValue ?? 1 << 20)) }
     /// The server's release, as its `INFO` says (`nil`: it did not say, or not as numbers).
-    public var serverVersion: NATSServerVersion? { info["version"]?.stringValue.flatMap(NATSServerVersion.init) }
+    public var serverVersion: NATSServerVersion? { info["version"]?.stringValue.flatMap { NATSServerVersion($0) } }
     /// The most messages kept for the next ``read(timeoutMilliseconds:)`` while waiting for a
     /// reply: a server that sends more than this meanwhile breaks the connection.
     public static let maxQueuedMessages = 65_536

@@ -29,6 +29,15 @@ public struct NATSServerVersion: Sendable, Comparable, CustomStringConvertible {
     }
 
     /// `MAJOR.MINOR.PATCH`.
+    /// Reads the release a `nats-server --version` line names (`nats-server: v2.12.8`).
+    ///
+    /// - Parameter text: What the binary printed.
+    /// - Returns: The release, or `nil` when the text names none.
+    public init?(announced text: String) {
+        guard let mark = text.range(of: " v") else { return nil }
+        self.init(String(text[mark.upperBound...].prefix { !$0.isWhitespace }))
+    }
+
     public var description: String { "\(major).\(minor).\(patch)" }
 
     /// Orders versions by major, then minor, then patch.

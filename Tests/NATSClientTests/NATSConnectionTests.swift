@@ -177,6 +177,10 @@ struct JetStreamSubjectTests {
         #expect(NATSServerVersion("2.12.8") == NATSServerVersion(2, 12, 8))
         #expect(NATSServerVersion("2.11.0-RC.1") == NATSServerVersion(2, 11, 0))
         #expect(NATSServerVersion("2.9.10")! < NATSServerVersion("2.10.23")!)
+        // What `nats-server --version` prints (no newline from 2.12.8, one from others).
+        #expect(NATSServerVersion(announced: "nats-server: v2.12.8") == NATSServerVersion(2, 12, 8))
+        #expect(NATSServerVersion(announced: "nats-server: v2.9.10\n") == NATSServerVersion(2, 9, 10))
+        #expect(NATSServerVersion(announced: "usage: nats-server [options]") == nil)
         #expect(NATSServerVersion("2.10.23")! < NATSServerVersion("2.12.8")!)
         #expect(NATSServerVersion("v2.12.8") == nil)
         #expect(NATSServerVersion("2.12") == nil)

@@ -13,16 +13,27 @@ import Darwin
 
 private let operations = "docs/OPERATIONS.md"
 
+/// A run compared with the page, in a fixture holding a log key (a test key, mode 600).
+private func keyedRun() throws -> (fixture: Fixture, run: TranscriptRun, key: String) {
+    let fixture = try Fixture()
+    let run = TranscriptRun(fixture: fixture, page: operations)
+    do {
+        let key = try writeSecret(fixture.directory + "/log-key", "0123456789abcdef0123456789abcdef\n", mode: 0o600)
+        return (fixture, run, key)
+    } catch {
+        run.shutdown()
+        throw error
+    }
+}
+
 /// The refusals hubd prints for a shared log before it reaches any server.
 @Test("docs/OPERATIONS.md §20's start-up refusals are what hubd prints", arguments: [
     ("nats-no-key", ["--log", "nats://127.0.0.1:42103/ledger"], 2),
     ("nats-fsync", ["--log", "nats://127.0.0.1:42103/ledger", "--log-key-file", "KEY", "--fsync", "always"], 2),
 ] as [(String, [String], Int32)])
 func operationsRefusals(name: String, arguments: [String], status: Int32) async throws {
-    let fixture = try Fixture()
-    let run = TranscriptRun(fixture: fixture, page: operations)
+    let (fixture, run, key) = try keyedRun()
     defer { run.shutdown() }
-    let key = try writeSecret(fixture.directory + "/log-key", "0123456789abcdef0123456789abcdef\n", mode: 0o600)
     let hub = try fixture.spawn("hubd", ["--socket", fixture.socket] + arguments.map { $0 == "KEY" ? key : $0 })
     hub.closeInput()
     #expect(try await hub.waitForExit() == status)
@@ -32,10 +43,8 @@ func operationsRefusals(name: String, arguments: [String], status: Int32) async 
 /// A hub started with no server on the port waits; SIGTERM stops it before it serves.
 @Test("docs/OPERATIONS.md §20's hub waiting for NATS, stopped with SIGTERM, prints what the page shows")
 func operationsWaitingForNATS() async throws {
-    let fixture = try Fixture()
-    let run = TranscriptRun(fixture: fixture, page: operations)
+    let (fixture, run, key) = try keyedRun()
     defer { run.shutdown() }
-    let key = try writeSecret(fixture.directory + "/log-key", "0123456789abcdef0123456789abcdef\n", mode: 0o600)
     let port = try freeTCPPort()
     run.paths = [("127.0.0.1:42102", "127.0.0.1:\(port)")]
     let hub = try fixture.spawn("hubd", ["--socket", fixture.socket, "--app", "counter",
@@ -51,10 +60,8 @@ func operationsWaitingForNATS() async throws {
 /// A server whose `INFO` says 2.9.10 is refused at once (a listener stands in for the server).
 @Test("docs/OPERATIONS.md §20's refusal of a nats-server older than 2.10.23 is what hubd prints")
 func operationsOldServer() async throws {
-    let fixture = try Fixture()
-    let run = TranscriptRun(fixture: fixture, page: operations)
+    let (fixture, run, key) = try keyedRun()
     defer { run.shutdown() }
-    let key = try writeSecret(fixture.directory + "/log-key", "0123456789abcdef0123456789abcdef\n", mode: 0o600)
     let server = try OldNATSServer()
     defer { server.stop() }
     run.paths = [("127.0.0.1:42101", "127.0.0.1:\(server.port)")]

@@ -163,7 +163,7 @@ package final class JetStreamLog: HubLog {
     /// The oldest nats-server release a hub runs on. Older releases lose acknowledged records,
     /// or truncate a stream without a quorum, around leader changes (the Raft fixes of 2.9.15,
     /// 2.10.23); docs/OPERATIONS.md §20 lists what each supported release promises.
-    static let oldestSupportedServer = NATSServerVersion(2, 10, 23)
+    package static let oldestSupportedServer = NATSServerVersion(2, 10, 23)
     /// The first release a hub refuses, if any. 2.14.0 and later stop a replicated stream for
     /// good after a publish whose `Nats-Expected-Last-Msg-Id` is stale ("critical write error:
     /// last msgid mismatch", on every replica; `Scripts/nats-msgid-wedge.py`), and hubs no

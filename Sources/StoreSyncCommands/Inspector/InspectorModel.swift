@@ -256,8 +256,9 @@ final class InspectorModel<App: SyncApp>: Sendable {
             let range = (entries.startIndex + Int(low - first))...(entries.startIndex + Int(high - first))
             var picked: [[UInt8]] = []
             var bytes = 0
-            let indices: [Int] = newest ? range.reversed() : Array(range)
-            for index in indices {
+            // Walked in place, newest or oldest first (no array of up to `--keep` indices).
+            let (from, to) = newest ? (range.upperBound, range.lowerBound) : (range.lowerBound, range.upperBound)
+            for index in stride(from: from, through: to, by: newest ? -1 : 1) {
                 let line = entries[index].line
                 guard picked.count < limit, picked.isEmpty || bytes + line.count <= maxBytes else { break }
                 picked.append(line)

@@ -4,13 +4,11 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import NATSClient
+@testable import StoreHub
 import SyncPOSIX
 import SyncLocks
 import Synchronization
-
-/// The oldest nats-server release a hub accepts (older ones lose acknowledged records:
-/// docs/OPERATIONS.md §20). A server older than this is not used: the tests skip.
-let natsOldestUsable = [2, 10, 23]
 
 /// The `nats-server` the shared-log tests start, or why there is none (the tests are then
 /// skipped, one line each).
@@ -18,7 +16,8 @@ let natsOldestUsable = [2, 10, 23]
 /// The candidate is `$STORESYNC_NATS_SERVER` when it is set, else the pinned release that
 /// `Scripts/install-nats-server` puts in the package's `.build/nats-server-VERSION/` (the
 /// newest there), else the first `nats-server` on `PATH`. Its `--version` is asked, and a
-/// release older than ``natsOldestUsable`` (Debian's 2.9.10, say) is skipped, not failed.
+/// release older than the oldest a hub accepts (`JetStreamLog.oldestSupportedServer`, 2.10.23;
+/// Debian's 2.9.10, say) is skipped, not failed.
 let natsServer: (path: String?, skipped: String) = {
     let install = "run Scripts/install-nats-server (it installs the pinned release where `swift test` finds it by itself)"
     let environment = ProcessInfo.processInfo.environment
@@ -37,13 +36,12 @@ let natsServer: (path: String?, skipped: String) = {
     } else {
         return (nil, "nats-server is not installed, so this shared-log test was skipped; \(install)")
     }
-    let oldest = natsOldestUsable.map(String.init).joined(separator: ".")
+    let oldest = JetStreamLog.oldestSupportedServer
     guard let version = natsServerVersion(candidate) else {
         return (nil, "\(candidate) --version did not say a nats-server version, so this shared-log test was skipped; \(install)")
     }
-    guard version.lexicographicallyPrecedes(natsOldestUsable) == false else {
-        let shown = version.map(String.init).joined(separator: ".")
-        return (nil, "\(candidate) is nats-server \(shown), older than \(oldest), which hubs refuse, so this shared-log test was skipped; \(install)")
+    guard version >= oldest else {
+        return (nil, "\(candidate) is nats-server \(version), older than \(oldest), which hubs refuse, so this shared-log test was skipped; \(install)")
     }
     return (candidate, "")
 }()
@@ -62,19 +60,17 @@ private func pinnedNATSServer() -> String? {
         .deletingLastPathComponent().deletingLastPathComponent().path
     let build = root + "/.build"
     let entries = (try? FileManager.default.contentsOfDirectory(atPath: build)) ?? []
-    let installed = entries.compactMap { name -> (version: [Int], path: String)? in
-        guard name.hasPrefix("nats-server-") else { return nil }
-        let version = name.dropFirst("nats-server-".count).split(separator: ".").compactMap { Int($0) }
+    let installed = entries.compactMap { name -> (version: NATSServerVersion, path: String)? in
+        guard name.hasPrefix("nats-server-"), let version = NATSServerVersion(String(name.dropFirst("nats-server-".count))) else { return nil }
         let path = "\(build)/\(name)/bin/nats-server"
-        guard version.count == 3, access(path, X_OK) == 0 else { return nil }
-        return (version, path)
+        return access(path, X_OK) == 0 ? (version, path) : nil
     }
-    return installed.max { $0.version.lexicographicallyPrecedes($1.version) }?.path
+    return installed.max { $0.version < $1.version }?.path
 }
 
-/// The release a `nats-server` binary says it is (`nats-server: v2.12.8` → `[2, 12, 8]`), or
-/// `nil` when it does not run or says something else.
-private func natsServerVersion(_ path: String) -> [Int]? {
+/// The release a `nats-server` binary says it is (`nats-server: v2.12.8`), or `nil` when it
+/// does not run or says something else.
+private func natsServerVersion(_ path: String) -> NATSServerVersion? {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = ["--version"]
@@ -84,11 +80,7 @@ private func natsServerVersion(_ path: String) -> [Int]? {
     do { try process.run() } catch { return nil }
     let data = output.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
-    let text = String(decoding: data, as: UTF8.self)
-    guard let mark = text.range(of: " v") else { return nil }
-    let digits = text[mark.upperBound...].prefix { $0.isNumber || $0 == "." }
-    let version = digits.split(separator: ".").compactMap { Int($0) }
-    return version.count >= 3 ? Array(version.prefix(3)) : nil
+    return NATSServerVersion(announced: String(decoding: data, as: UTF8.self))
 }
 
 /// A TCP port nothing listens on now (the kernel's choice), on 127.0.0.1.
