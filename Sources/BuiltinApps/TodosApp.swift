@@ -1,15 +1,23 @@
 import Foundation
 import SyncCore
 
-/// A TodoMVC store: add, toggle, edit, remove, clear completed, filter.
+/// A TodoMVC store: add, toggle, edit, remove, clear completed, filter, and a due date per
+/// todo. Version 2 (`todos@2`); it upgrades from ``TodosV1App`` (`todos@1`).
 ///
 /// Ids and timestamps are chosen by the dispatcher and carried in the action, so the
-/// reducer stays deterministic. Wire actions:
+/// reducer stays deterministic. Wire actions, every one of version 1 unchanged in form and
+/// meaning:
 /// `{"type":"add","id":"t1","title":"Buy milk","createdAt":1700000000000}`,
 /// `{"type":"toggle","id":"t1"}`, `{"type":"edit","id":"t1","title":"Buy oat milk"}`,
 /// `{"type":"remove","id":"t1"}`, `{"type":"clearCompleted"}`,
-/// `{"type":"setFilter","filter":"all"|"active"|"completed"}`.
-public struct TodosApp: SyncApp {
+/// `{"type":"setFilter","filter":"all"|"active"|"completed"}`, and new in version 2
+/// `{"type":"setDue","id":"t1","due":1767225600000}` (milliseconds since 1970, chosen by the
+/// dispatcher), which `{"type":"setDue","id":"t1"}` or `"due":null` clears.
+///
+/// In the state, a todo's `"due"` member is there only when it has a due date, so a state
+/// without due dates has exactly the JSON it had in version 1. ``migrate(_:)`` carries every
+/// todo and the filter over, with no due dates.
+public struct TodosApp: UpgradingApp {
     /// One todo.
     public struct Todo: Sendable, Equatable {
         /// The dispatcher-chosen id, unique in the list.
@@ -20,6 +28,9 @@ public struct TodosApp: SyncApp {
         public var completed: Bool
         /// Milliseconds since 1970, chosen by the dispatcher.
         public var createdAt: Double
+        /// When it is due, in milliseconds since 1970 (finite), chosen by the dispatcher; `nil`
+        /// for none.
+        public var due: Double?
 
         /// Creates a todo.
         ///
@@ -28,18 +39,20 @@ public struct TodosApp: SyncApp {
         ///   - title: The text.
         ///   - completed: Whether it is done.
         ///   - createdAt: Milliseconds since 1970.
-        public init(id: String, title: String, completed: Bool = false, createdAt: Double) {
+        ///   - due: When it is due, in milliseconds since 1970, or `nil` for none.
+        public init(id: String, title: String, completed: Bool = false, createdAt: Double, due: Double? = nil) {
             self.id = id
             self.title = title
             self.completed = completed
             self.createdAt = createdAt
+            self.due = due
         }
 
         /// Equal when every field is, comparing strings by Unicode scalars as JSON does (so two
         /// todos are equal exactly when their wire forms are).
         public static func == (lhs: Todo, rhs: Todo) -> Bool {
             JSONKey(lhs.id) == JSONKey(rhs.id) && JSONKey(lhs.title) == JSONKey(rhs.title)
-                && lhs.completed == rhs.completed && lhs.createdAt == rhs.createdAt
+                && lhs.completed == rhs.completed && lhs.createdAt == rhs.createdAt && lhs.due == rhs.due
         }
     }
 
@@ -94,6 +107,8 @@ public struct TodosApp: SyncApp {
         case clearCompleted
         /// Sets the filter.
         case setFilter(Filter)
+        /// Sets one todo's due date (milliseconds since 1970, finite), or clears it (`nil`).
+        case setDue(id: String, due: Double?)
     }
 
     /// Why an action was refused.
@@ -104,6 +119,8 @@ public struct TodosApp: SyncApp {
         case unknownID(String)
         /// A title that is empty or only spaces.
         case emptyTitle
+        /// `setDue` with a due date that is not a finite number (JSON has no form for it).
+        case invalidDue
 
         /// What was wrong.
         public var description: String {
@@ -111,6 +128,7 @@ public struct TodosApp: SyncApp {
             case .duplicateID(let id): "a todo with id \"\(id)\" already exists; choose a new id"
             case .unknownID(let id): "no todo has id \"\(id)\""
             case .emptyTitle: "a todo's title must not be empty"
+            case .invalidDue: "a due date must be a finite number of milliseconds since 1970"
             }
         }
     }
@@ -120,15 +138,16 @@ public struct TodosApp: SyncApp {
 
     /// `todos`.
     public static let name = "todos"
-    /// The reducer and codec version.
-    public static let version = "1"
+    /// The reducer and codec version: 2 adds due dates (version 1 is ``TodosV1App``).
+    public static let version = "2"
     /// One line for `--list-apps`.
-    public static let summary = "TodoMVC: add, toggle, edit, remove, clear completed, filter"
+    public static let summary = "TodoMVC: add, toggle, edit, remove, clear completed, filter, due dates"
     /// The shorthand.
     public static let commandHelp = """
         add TITLE…                   add a todo (this replica picks the id and the time)
         toggle ID | remove ID        flip done / delete one todo
         edit ID TITLE…               retitle a todo
+        due ID [MS]                  set a todo's due date, in ms since 1970 (no MS: clear it)
         clear                        remove completed todos
         filter all|active|completed  set the filter
         {"type":…}                   any wire action as JSON
@@ -137,12 +156,33 @@ public struct TodosApp: SyncApp {
     /// An empty list showing all.
     public var initialState: State { State() }
 
+    /// Version 1, which this version replaces.
+    public var previous: TodosV1App { TodosV1App() }
+
+    /// Moves a `todos@1` state to this version: every todo, in order, with its id, title,
+    /// completed flag and creation time, and no due date; the same filter. Pure: it never fails.
+    ///
+    /// - Parameter old: A state of ``TodosV1App``.
+    /// - Returns: The same list and filter, whose JSON is exactly the old state's.
+    /// - Throws: Never; the signature is ``UpgradingApp``'s.
+    public func migrate(_ old: TodosV1App.State) throws(MigrationError) -> State {
+        let filter: Filter = switch old.filter {
+        case .all: .all
+        case .active: .active
+        case .completed: .completed
+        }
+        return State(todos: old.todos.map { todo in
+            Todo(id: todo.id, title: todo.title, completed: todo.completed, createdAt: todo.createdAt, due: nil)
+        }, filter: filter)
+    }
+
     /// Applies an action, validating before any write.
     ///
     /// - Parameters:
     ///   - state: The state; unchanged when this throws.
     ///   - action: The action.
-    /// - Throws: ``Failure`` for a duplicate or unknown id or an empty title.
+    /// - Throws: ``Failure`` for a duplicate or unknown id, an empty title or a due date that is
+    ///   not finite.
     public func reduce(into state: inout State, action: Action) throws(Failure) {
         switch action {
         case .add(let id, let title, let createdAt):
@@ -163,6 +203,10 @@ public struct TodosApp: SyncApp {
             state.todos.removeAll(where: \.completed)
         case .setFilter(let filter):
             state.filter = filter
+        case .setDue(let id, let due):
+            guard due?.isFinite ?? true else { throw .invalidDue }
+            guard let index = Self.index(of: id, in: state.todos) else { throw .unknownID(id) }
+            state.todos[index].due = due
         }
     }
 
@@ -200,12 +244,26 @@ public struct TodosApp: SyncApp {
                 throw AppCodingError("filter \"\(name)\" is not one of all, active, completed")
             }
             return .setFilter(filter)
+        case "setDue":
+            let id = try P.string(json, "id")
+            switch json["due"] {
+            case nil, .null?:
+                return .setDue(id: id, due: nil)
+            case .number(let due)? where due.isFinite:
+                return .setDue(id: id, due: due)
+            default:
+                throw AppCodingError("action \"setDue\" needs a number member \"due\" (milliseconds since 1970, chosen by the dispatcher), or none or null to clear it")
+            }
         case let other:
-            throw AppCodingError("unknown todos action \"\(other)\"; expected add, toggle, edit, remove, clearCompleted or setFilter")
+            throw AppCodingError("unknown todos action \"\(other)\"; expected add, toggle, edit, remove, clearCompleted, setFilter or setDue")
         }
     }
 
     /// Encodes an action.
+    ///
+    /// `setDue` without a due date has no `"due"` member. One whose due date has no JSON form
+    /// (not finite) becomes `{"unencodable":"<why>"}`, which the hub refuses with `bad-action`,
+    /// as ``CodableSyncApp`` does: it is never sent as a different action.
     ///
     /// - Parameter action: The action.
     /// - Returns: Its wire JSON.
@@ -218,18 +276,29 @@ public struct TodosApp: SyncApp {
         case .remove(let id): ["type": "remove", "id": .string(id)]
         case .clearCompleted: ["type": "clearCompleted"]
         case .setFilter(let filter): ["type": "setFilter", "filter": .string(filter.rawValue)]
+        case .setDue(let id, nil): ["type": "setDue", "id": .string(id)]
+        case .setDue(let id, let due?):
+            due.isFinite
+                ? ["type": "setDue", "id": .string(id), "due": .number(due)]
+                : ["unencodable": .string("action \"setDue\": due \(due) has no JSON form; use a finite number of milliseconds since 1970")]
         }
     }
 
-    /// Encodes a state: `{"filter":"all","todos":[{"completed":false,"createdAt":…,"id":…,"title":…}]}`.
+    /// Encodes a state: `{"filter":"all","todos":[{"completed":false,"createdAt":…,"due":…,"id":…,"title":…}]}`,
+    /// where a todo has `"due"` only when it has a due date (so a state without due dates is
+    /// written exactly as version 1 wrote it).
     ///
     /// - Parameter state: The state.
     /// - Returns: Its JSON.
     public func encodeState(_ state: State) -> JSON {
         [
             "todos": .array(state.todos.map { todo in
-                ["id": .string(todo.id), "title": .string(todo.title), "completed": .bool(todo.completed),
-                 "createdAt": .number(todo.createdAt)]
+                var members: [JSONKey: JSON] = [
+                    "id": .string(todo.id), "title": .string(todo.title), "completed": .bool(todo.completed),
+                    "createdAt": .number(todo.createdAt),
+                ]
+                if let due = todo.due { members["due"] = .number(due) }
+                return .object(members)
             }),
             "filter": .string(state.filter.rawValue),
         ]
@@ -239,7 +308,8 @@ public struct TodosApp: SyncApp {
     ///
     /// - Parameter json: The JSON.
     /// - Returns: The state.
-    /// - Throws: ``AppCodingError`` when a member is missing or ill-typed.
+    /// - Throws: ``AppCodingError`` when a member is missing or ill-typed (a `"due"` that is
+    ///   there must be a finite number), or two todos share an id.
     public func decodeState(_ json: JSON) throws(AppCodingError) -> State {
         guard let items = json["todos"]?.arrayValue, let filterName = json["filter"]?.stringValue,
               let filter = Filter(rawValue: filterName) else {
@@ -253,8 +323,15 @@ public struct TodosApp: SyncApp {
                   let completed = item["completed"]?.boolValue, let createdAt = item["createdAt"]?.numberValue else {
                 throw AppCodingError("a todo is {\"id\":string,\"title\":string,\"completed\":bool,\"createdAt\":number}")
             }
+            var due: Double?
+            if let member = item["due"] {
+                guard let number = member.numberValue, number.isFinite else {
+                    throw AppCodingError("a todo's \"due\" is a number (milliseconds since 1970), or absent for none")
+                }
+                due = number
+            }
             guard ids.insert(JSONKey(id)).inserted else { throw AppCodingError("two todos have id \"\(id)\"; ids are unique") }
-            todos.append(Todo(id: id, title: title, completed: completed, createdAt: createdAt))
+            todos.append(Todo(id: id, title: title, completed: completed, createdAt: createdAt, due: due))
         }
         return State(todos: todos, filter: filter)
     }
@@ -287,6 +364,14 @@ public struct TodosApp: SyncApp {
             let (id, title) = AppCommandParsing.splitWord(rest)
             guard !id.isEmpty, !title.isEmpty else { throw AppCodingError("usage: edit ID TITLE") }
             return .action(encodeAction(.edit(id: String(id), title: String(title))))
+        case "due":
+            let (id, ms) = AppCommandParsing.splitWord(rest)
+            guard !id.isEmpty else { throw AppCodingError("usage: due ID [MS]") }
+            if ms.isEmpty { return .action(encodeAction(.setDue(id: String(id), due: nil))) }
+            guard let due = (try? JSON(parsing: String(ms)))?.numberValue, due.isFinite else {
+                throw AppCodingError("usage: due ID [MS], MS a number of milliseconds since 1970")
+            }
+            return .action(encodeAction(.setDue(id: String(id), due: due)))
         case "clear":
             return .action(encodeAction(.clearCompleted))
         case "filter":

@@ -41,7 +41,9 @@ public enum DataDirectory {
     /// snapshot (`{"type":"snapshot","seq":…,"digest":…,"state":…}`), then every record after
     /// it. Each record is `{"type":"action","seq":…,"origin":…,"id":…,"action":…}` with
     /// `"session"`, `"checkpoint"` and its stamp (`"time"` in milliseconds since the Unix
-    /// epoch, `"origin_name"`) when it has them. Read-only: nothing is repaired or
+    /// epoch, `"origin_name"`) when it has them; an upgrade record is
+    /// `{"type":"upgrade","seq":…,"origin":…,"id":…,"from":…,"to":…,"digest":…}` with its stamp.
+    /// The `history` line's `"app"` is the version the history runs now. Read-only: nothing is repaired or
     /// locked (a running hub may be appending meanwhile; the export ends where it read).
     ///
     /// - Parameters:
@@ -52,10 +54,17 @@ public enum DataDirectory {
         guard let fingerprint = fingerprint(of: directory) else {
             throw StorageError("\(directory) is not a StoreSync data directory (no readable \(FileLog.metaName))")
         }
-        let recovery = try FileLog.recover(directory: directory, fingerprint: fingerprint, repair: false, create: false)
+        let recovery = try FileLog.recover(directory: directory, fingerprint: fingerprint, accepts: nil, repair: false, create: false)
         let start = recovery.start
-        write(["type": "history", "history": .string(start.history), "app": .string(fingerprint)])
+        write(["type": "history", "history": .string(start.history), "app": .string(recovery.app)])
         func line(_ record: LogRecord) -> JSON {
+            if let upgrade = record.upgrade {
+                var members: [JSONKey: JSON] = ["type": "upgrade", "seq": JSON(record.seq), "origin": JSON(record.origin),
+                                                "id": record.id.json, "from": .string(upgrade.from), "to": .string(upgrade.to),
+                                                "digest": .string(upgrade.digest)]
+                record.stamp.write(into: &members)
+                return .object(members)
+            }
             var members: [JSONKey: JSON] = ["type": "action", "seq": JSON(record.seq), "origin": JSON(record.origin),
                                             "id": record.id.json, "action": record.action]
             if let session = record.session { members["session"] = .string(session) }
@@ -82,34 +91,41 @@ public enum DataDirectory {
     /// - Returns: The state's JSON.
     /// - Throws: ``StorageError`` saying what can be rebuilt when `seq` cannot.
     public static func state<App: SyncApp>(_ directory: String, app: App, at seq: UInt64) throws(StorageError) -> JSON {
-        let recovery = try FileLog.recover(directory: directory, fingerprint: App.fingerprint, repair: false, create: false)
+        let engine = HubEngine(app: app)
+        let recovery = try FileLog.recover(directory: directory, fingerprint: App.fingerprint,
+                                           accepts: engine.chain.fingerprints, repair: false, create: false)
         let start = recovery.start
         let all = start.window.filter { $0.seq <= (start.snapshot?.seq ?? 0) } + start.records
         let newest = start.records.last?.seq ?? start.snapshot?.seq ?? 0
         guard seq <= newest else {
             throw StorageError("\(directory) holds actions up to seq \(newest); seq \(seq) is not there")
         }
-        var state = app.initialState
-        var from: UInt64 = 0
+        var replay = LogStart(history: start.history)
         if let snapshot = start.snapshot, snapshot.seq <= seq {
-            do throws(AppCodingError) { state = try app.decodeState(snapshot.state) } catch {
-                throw StorageError("the snapshot at seq \(snapshot.seq) in \(directory) does not decode: \(error.message)")
-            }
-            from = snapshot.seq
-        } else if all.first?.seq != 1 {
+            replay.snapshot = snapshot
+            replay.fingerprint = start.fingerprint
+            replay.records = start.records.filter { $0.seq <= seq }
+        } else if all.first?.seq == 1 {
+            replay.fingerprint = FileLog.version(at: 0, upgrades: recovery.upgrades,
+                                                 genesis: recovery.upgrades.first?.upgrade.from ?? recovery.meta.app)
+            replay.records = all.filter { $0.seq <= seq }
+        } else {
             let oldest = min(start.snapshot?.seq ?? UInt64.max, all.first.map { $0.seq - 1 } ?? UInt64.max)
             throw StorageError("\(directory) can rebuild states from seq \(oldest == UInt64.max ? newest : oldest) on (its newest snapshot and the journal after it); seq \(seq) is older than what it keeps")
         }
-        for record in all where record.seq > from && record.seq <= seq {
-            let action: App.Action
-            do throws(AppCodingError) { action = try app.decodeAction(record.action) } catch {
-                throw StorageError("record seq \(record.seq) in \(directory) does not decode: \(error.message)")
-            }
-            do throws(App.Failure) { try app.reduce(into: &state, action: action) } catch {
-                throw StorageError("record seq \(record.seq) in \(directory) is refused by this reducer (\(app.describe(error))): the app differs from the one that wrote it")
-            }
+        // The hub's own replay: engines for each version, migrations at upgrade records.
+        let sequencer: Sequencer
+        do throws(StorageError) {
+            sequencer = try Sequencer(engine: engine, log: ReplayLog(replay), snapshotEvery: Int.max, backlogActions: 0,
+                                      backlogBytes: 0, checkpointEvery: 0, dedupWindow: 1, logger: .discarding)
+        } catch {
+            throw StorageError("\(directory) does not replay to seq \(seq): \(error.message)")
         }
-        return app.encodeState(state)
+        let state = sequencer.appliedState()
+        guard let json = try? JSON(parsing: UnsafeRawBufferPointer(rebasing: state.bytes.memory[0..<state.bytes.count])) else {
+            throw StorageError("the state at seq \(seq) in \(directory) does not parse back")
+        }
+        return json
     }
 
     @usableFromInline
@@ -136,10 +152,13 @@ public enum DataDirectory {
         }
         defer { if let lockFD { FileSystem.close(lockFD) } }
         do throws(StorageError) {
-            let recovery = try FileLog.recover(directory: directory, fingerprint: engine.fingerprint, repair: repair,
-                                               create: false)
+            let recovery = try FileLog.recover(directory: directory, fingerprint: engine.fingerprint,
+                                               accepts: engine.chain.fingerprints, repair: repair, create: false)
             let start = recovery.start
-            lines.append("app \(engine.fingerprint), history \(start.history), format \(recovery.format)")
+            lines.append("app \(recovery.app), history \(start.history), format \(recovery.format)")
+            for (seq, upgrade) in recovery.upgrades {
+                lines.append("upgrade at seq \(seq): \(upgrade.from) → \(upgrade.to), digest \(upgrade.digest)")
+            }
             for (seq, path) in (try? FileLog.listSnapshots(directory)) ?? [] {
                 switch FileLog.readSnapshot(path) {
                 case .success(let snapshot):

@@ -58,6 +58,13 @@ public final class Hub<App: SyncApp>: Sendable {
                       configuration: configuration)
     }
 
+    /// The versions of the app this hub carries: the configuration's chain when it has `app`'s
+    /// version, else `app`'s own.
+    static func versions(engine: HubEngine, configuration: HubConfiguration) -> HubVersions {
+        let chain = configuration.versions.flatMap { $0.contains(engine.fingerprint) ? $0 : nil } ?? engine.chain
+        return HubVersions(chain: chain, primary: engine, checkDeterminism: configuration.checkDeterminism)
+    }
+
     @usableFromInline
     init(app: App, engine: HubEngine, configuration: HubConfiguration) throws(HubError) {
         self.app = app
@@ -87,6 +94,12 @@ public final class Hub<App: SyncApp>: Sendable {
             throw HubError(error.message, kind: error.isDataProblem ? .dataUnusable : .failed)
         }
         history = sequencer.history
+        if configuration.upgradeAtStart, let problem = Self.upgradeAtStart(sequencer, logger: configuration.logger) {
+            sequencer.close()
+            UnixSocket.close(ends.read)
+            UnixSocket.close(ends.write)
+            throw HubError(problem, kind: .failed)
+        }
         do throws(SystemError) {
             if let fd = configuration.listeningDescriptor {
                 guard let path = Systemd.unixListenerPath(fd) else {
@@ -109,18 +122,19 @@ public final class Hub<App: SyncApp>: Sendable {
     /// Opens the log (recovering the data directory, if any) and replays it into the applied state.
     private static func makeSequencer(engine: HubEngine, configuration: HubConfiguration) throws(StorageError) -> Sequencer {
         let logger = configuration.logger
+        let versions = Self.versions(engine: engine, configuration: configuration)
         let log: any HubLog
         if let shared = configuration.sharedLog {
             log = JetStreamLog(configuration: shared, fingerprint: engine.fingerprint, dataDirectory: configuration.dataDirectory,
                                stopDescriptor: configuration.stopDescriptor, logger: logger)
         } else if let directory = configuration.dataDirectory {
-            log = FileLog(directory: directory, fingerprint: engine.fingerprint, mode: configuration.fsync,
+            log = FileLog(directory: directory, fingerprint: engine.fingerprint, accepts: versions.fingerprints, mode: configuration.fsync,
                           retainedActions: UInt64(max(0, configuration.retainedActions)))
         } else {
             log = MemoryLog()
         }
         let started = ContinuousClock.now
-        let sequencer = try Sequencer(engine: engine, log: log, snapshotEvery: configuration.snapshotEvery,
+        let sequencer = try Sequencer(engine: engine, versions: versions, log: log, snapshotEvery: configuration.snapshotEvery,
                                       backlogActions: configuration.retainedActions, backlogBytes: configuration.backlogBytes,
                                       checkpointEvery: configuration.checkpointEvery, checkpointInterval: configuration.checkpointInterval,
                                       dedupWindow: configuration.dedupWindow,
@@ -134,7 +148,33 @@ public final class Hub<App: SyncApp>: Sendable {
             logger.notice("recovered seq \(sequencer.appliedSeq) (\(base) + \(start.records.count) journal records) from \(files) in \(milliseconds) ms; history \(start.history), \(mode)")
         }
         sequencer.dropRecovery()
+        if JSONKey(sequencer.engine.fingerprint) != JSONKey(versions.newest) {
+            logger.notice("the history runs \(sequencer.engine.fingerprint): serving that version, which this hub carries beside \(versions.newest) (status upgradable_to; replica-cli upgrade, or hubd --upgrade, moves it)")
+        }
         return sequencer
+    }
+
+    /// `hubd --upgrade`: upgrades the history to the newest version once, before serving.
+    ///
+    /// - Returns: Why it was refused, or `nil`.
+    private static func upgradeAtStart(_ sequencer: Sequencer, logger: HubLogger) -> String? {
+        switch sequencer.upgrade(to: nil, dryRun: false, id: .string("hubd --upgrade"), origin: 0, originName: "", detaches: []) {
+        case .refused(let error):
+            return "--upgrade refused: \(error.message)"
+        case .report(let report, let proposed):
+            guard proposed else {
+                logger.notice("--upgrade: the history already runs \(report.to) (seq \(report.seq)); nothing changed")
+                return nil
+            }
+            // A log of the hub's own takes the record at its next group commit.
+            for _ in 0..<100 where sequencer.appliedSeq < report.seq {
+                let result = sequencer.pump(now: .now)
+                if let broken = result.broken { return "--upgrade: \(broken.message)" }
+                if let reason = result.becameUnavailable { return "--upgrade: the log did not take the upgrade (\(reason))" }
+            }
+            guard sequencer.appliedSeq >= report.seq else { return "--upgrade: the log did not take the upgrade record" }
+            return nil
+        }
     }
 
     deinit {
@@ -173,6 +213,8 @@ public final class Hub<App: SyncApp>: Sendable {
             throw HubError("this hub has already run")
         }
         let loop = HubLoop(sequencer: sequencer, configuration: configuration, hubID: hubID)
+        // The version the history runs (an older one of the chain until it is upgraded).
+        let served = sequencer.engine.fingerprint
         let storage: String
         if let shared = configuration.sharedLog {
             storage = "shared log \(shared.redacted)" + (configuration.dataDirectory.map { ", local snapshots in \($0)" } ?? "")
@@ -181,9 +223,9 @@ public final class Hub<App: SyncApp>: Sendable {
                 ?? "in memory: nothing survives this process (use --data-dir to keep the state)"
         }
         let socket = listener.bound ? listener.path : "\(listener.path) (passed by the service manager)"
-        configuration.logger.notice("serving app \(App.fingerprint) on \(socket) (hub \(hubID), history \(history), \(storage)); admits \(loop.accessDescription); at most \(loop.clientLimit) clients")
+        configuration.logger.notice("serving app \(served) on \(socket) (hub \(hubID), history \(history), \(storage)); admits \(loop.accessDescription); at most \(loop.clientLimit) clients")
         if configuration.notifySystemd {
-            Systemd.notify("READY=1\nSTATUS=serving \(App.fingerprint) at seq \(loop.seq) on \(listener.path)\nMAINPID=\(getpid())")
+            Systemd.notify("READY=1\nSTATUS=serving \(served) at seq \(loop.seq) on \(listener.path)\nMAINPID=\(getpid())")
         }
         do throws(SystemError) {
             try loop.serve(listener: listener, wake: wakeRead, stopFD: stopFD, stopRequested: stopRequested)

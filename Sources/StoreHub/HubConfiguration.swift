@@ -95,10 +95,16 @@ public struct HubConfiguration: Sendable {
     /// results differ: a reducer that reads a clock, a random source or a global is caught
     /// before it diverges the replicas (default off: two more reducer runs and two state digests per live action; recovery is not checked).
     public var checkDeterminism = false
-    /// The newest version of the app the hub's binary carries (a fingerprint), when the hub
-    /// serves an older version because its history is of that version: `status` says it as
-    /// `upgradable_to`. `nil` (the default) when the hub runs the newest version it has.
-    public var upgradableTo: String?
+    /// Every version of the app the hub carries, oldest first, when it carries newer ones than
+    /// the app it is created with (a hub given `todos@1` to serve a history of that version,
+    /// built with `todos@2`): the chain of the newest version (``SyncApp/versions``). `nil`
+    /// (the default): the app's own chain. The hub serves the version its history runs, says
+    /// the newest as `status.upgradable_to`, holds the `hello` of a replica of a newer version
+    /// until the history is upgraded, and upgrades it on request (an `upgrade` message).
+    public var versions: AppVersionChain?
+    /// Upgrades the history to the newest version the hub carries once, at start, after
+    /// recovery (`hubd --upgrade`); a refusal stops the start with its reason.
+    public var upgradeAtStart = false
     /// Dispatch ids remembered per client session, at least (default 1,000).
     public var dedupWindow: Int = Defaults.dedupWindow
     /// A connection that is not attached and sends no complete frame for this long, or that

@@ -135,6 +135,26 @@ public final class HubConnection {
     /// - Returns: The message's JSON.
     /// - Throws: ``ReplicaError`` when the hub closes, times out, or sends something that is not JSON.
     public func receiveJSON(timeoutMilliseconds: Int32 = 10_000) throws(ReplicaError) -> JSON {
+        guard let json = try nextJSON(timeoutMilliseconds: timeoutMilliseconds) else {
+            throw .disconnected("no answer from the hub at \(path) within \(timeoutMilliseconds) ms; is it a StoreSync hub?")
+        }
+        return json
+    }
+
+    /// The next known message, or `nil` when none came within the time (``receive(timeoutMilliseconds:)``
+    /// without the timeout's error, for a caller that waits in slices).
+    func nextMessage(timeoutMilliseconds: Int32) throws(ReplicaError) -> HubMessage? {
+        while true {
+            guard let json = try nextJSON(timeoutMilliseconds: timeoutMilliseconds) else { return nil }
+            let message: HubMessage
+            do { message = try HubMessage(json: json) } catch { throw .protocolViolation(error.message) }
+            if case .unknown = message { continue }
+            return message
+        }
+    }
+
+    /// The next message's JSON, or `nil` when no byte came within the time.
+    private func nextJSON(timeoutMilliseconds: Int32) throws(ReplicaError) -> JSON? {
         var buffer = [UInt8](repeating: 0, count: 64 << 10)
         while true {
             let frame: [UInt8]?
@@ -146,9 +166,7 @@ public final class HubConnection {
             if let frame {
                 do { return try JSON(parsing: frame) } catch { throw .protocolViolation(error.description) }
             }
-            guard UnixSocket.waitUntil(fd, timeoutMilliseconds: timeoutMilliseconds) else {
-                throw .disconnected("no answer from the hub at \(path) within \(timeoutMilliseconds) ms; is it a StoreSync hub?")
-            }
+            guard UnixSocket.waitUntil(fd, timeoutMilliseconds: timeoutMilliseconds) else { return nil }
             let result = buffer.withUnsafeMutableBytes { UnixSocket.read(fd, into: $0) }
             switch result {
             case .bytes(let count):
@@ -186,6 +204,9 @@ public final class HubConnection {
         public var seq: UInt64
         /// The actions, as `HubMessage.action` values, in seq order.
         public var actions: [HubMessage]
+        /// The upgrades within the page, in seq order: at each one's seq the history moved to
+        /// a newer app version (there is no action at that seq).
+        public var upgrades: [UpgradeNotice] = []
     }
 
     /// Asks the hub for the sequenced actions `from`…`to` still in its resume window (one
@@ -213,13 +234,49 @@ public final class HubConnection {
                 }
                 switch reply.outcome {
                 case .refused(let error): throw .hub(error)
-                case .actions(let actions): return HistoryPage(from: from, to: reply.to, seq: reply.seq, actions: actions)
+                case .actions(let actions):
+                    return HistoryPage(from: from, to: reply.to, seq: reply.seq, actions: actions, upgrades: reply.upgrades)
                 }
             case "error":
                 if case .error(let error)? = try? HubMessage(json: json) { throw .hub(error) }
                 throw .protocolViolation("a malformed error message")
             default:
                 continue  // another kind of message (an action, a checkpoint): not the answer
+            }
+        }
+    }
+
+    /// Asks the hub to move the history to a newer version of its app (`upgrade`, which needs
+    /// no `hello`), and waits for its answer: the upgrade is answered once it is durable.
+    ///
+    /// A request for the version the history already runs succeeds and changes nothing
+    /// (``UpgradeReport/changed`` is false), so it is safe to repeat. With `dryRun` the hub
+    /// runs the migration and reports the digest, the size and the replicas it would detach,
+    /// and changes nothing. Only the hub's own user and root may ask.
+    ///
+    /// - Parameters:
+    ///   - fingerprint: The version to move to (`name@version`); `nil`: the newest the hub carries.
+    ///   - dryRun: Run the migration and report, changing nothing.
+    ///   - id: The request's id, echoed in the answer.
+    ///   - timeoutMilliseconds: The longest wait for the answer (-1: forever).
+    /// - Returns: What the upgrade did (or would do).
+    /// - Throws: ``ReplicaError/rejected(_:)`` with `upgrade-refused` (nothing changed: the
+    ///   message says why), `not-permitted` or `unavailable`; ``ReplicaError/hub(_:)`` when the
+    ///   hub closes the connection with an `error` (`unknown-type` from a hub that predates
+    ///   upgrades); ``ReplicaError/disconnected(_:)`` when no answer comes.
+    public func upgrade(to fingerprint: String? = nil, dryRun: Bool = false, id: DispatchID = .string("upgrade"),
+                        timeoutMilliseconds: Int32 = 300_000) throws(ReplicaError) -> UpgradeReport {
+        try send(.upgrade(id: id, to: fingerprint, dryRun: dryRun))
+        while true {
+            switch try receive(timeoutMilliseconds: timeoutMilliseconds) {
+            case .upgrade(let report) where report.id == id:
+                return report
+            case .reject(let rejected, let error) where rejected == id:
+                throw .rejected(error)
+            case .error(let error):
+                throw .hub(error)
+            default:
+                continue  // not the answer (nothing else is expected on a connection that did not attach)
             }
         }
     }

@@ -23,8 +23,13 @@ extension Replica {
     ///     long (a hub whose state is large takes longer to send it).
     ///   - onDispatchFailure: Receives fire-and-forget dispatches that could not be sent, on a
     ///     serial queue of the replica's, after the dispatch returns (as for the blocking attach).
+    ///   - onWaiting: Called (on the attaching thread) when the hub holds the `hello` until the
+    ///     history is upgraded to this replica's version, or once when a hub that cannot hold
+    ///     it (`app-ahead`) is retried with `reconnect`'s backoff. The wait then lasts at most
+    ///     `timeout` more (cancel the task to end it sooner).
     /// - Returns: The attached replica (reading, unless `startReading` is `false`).
-    /// - Throws: ``ReplicaError``: no hub, a refusal (`app-mismatch`, …), or no welcome in time.
+    /// - Throws: ``ReplicaError``: no hub, a refusal (`app-mismatch`, …;
+    ///   ``ReplicaError/appOutdated(_:)`` when the history runs a newer version), or no welcome in time.
     @inlinable
     public static func attach(
         app: App,
@@ -35,13 +40,15 @@ extension Replica {
         session: String? = nil,
         startReading: Bool = true,
         timeout: Duration,
-        onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil
+        onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)? = nil,
+        onWaiting: (@Sendable (WaitingNotice) -> Void)? = nil
     ) async throws(ReplicaError) -> Replica {
         // `@inlinable` for the same reason as the synchronous `attach`: the reader's per-action
         // path is specialised for `App` where this is called.
         try await attachAsync(app: app, socketPath: socketPath, name: name, middleware: middleware, reconnect: reconnect,
                               session: session, startReading: startReading, timeout: timeout,
-                              onDispatchFailure: onDispatchFailure, frameHandler: ReplicaSpecialization.handler(for: App.self) ?? specializedFrameHandler)
+                              onDispatchFailure: onDispatchFailure, onWaiting: onWaiting,
+                              frameHandler: ReplicaSpecialization.handler(for: App.self) ?? specializedFrameHandler)
     }
 
     /// The async `attach` with the reader's frame handler.
@@ -49,7 +56,8 @@ extension Replica {
     static func attachAsync(
         app: App, socketPath: String?, name: String?, middleware: [Middleware<App.State, App.Action>],
         reconnect: ReconnectPolicy, session: String?, startReading: Bool, timeout: Duration,
-        onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?, frameHandler: @escaping FrameHandler
+        onDispatchFailure: (@Sendable (ReplicaError, JSON) -> Void)?, onWaiting: (@Sendable (WaitingNotice) -> Void)? = nil,
+        frameHandler: @escaping FrameHandler
     ) async throws(ReplicaError) -> Replica {
         let paths = SocketPath.resolveList(explicit: socketPath, app: App.name)
         let (seconds, attoseconds) = timeout.components
@@ -65,8 +73,8 @@ extension Replica {
                     let connection = try HubConnection(paths: paths)
                     let replica = try attach(
                         app: app, over: connection, paths: paths, name: name, middleware: middleware, startReading: startReading,
-                        reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: milliseconds,
-                        onDispatchFailure: onDispatchFailure, frameHandler: frameHandler)
+                        reconnect: reconnect, session: session, welcomeTimeoutMilliseconds: milliseconds, holdLimit: timeout,
+                        onDispatchFailure: onDispatchFailure, onWaiting: onWaiting, frameHandler: frameHandler)
                     if !waiter.resume(returning: replica) { replica.close() }
                 } catch {
                     waiter.resume(throwing: error)

@@ -20,7 +20,10 @@ extension Replica {
             }
             dropped(reason)
             executor.runQueued()
-            switch reconnectLoop(after: reason, resume: !reason.isDivergence) {
+            // After an upgrade to this replica's own version, the state comes whole from a
+            // full welcome (the hub would send one anyway: the upgrade is not an action).
+            let rehydrate = rehydrateAfterUpgrade.exchange(false, ordering: .acquiringAndReleasing)
+            switch reconnectLoop(after: reason, resume: !reason.isDivergence && !rehydrate) {
             case .success(let next):
                 decoder = next
             case .failure(let final):
@@ -94,15 +97,59 @@ extension Replica {
             return true
         case .noHub, .rejected, .protocolViolation, .cancelled:
             return false
+        case .appOutdated:
+            // The history runs a newer version: every attempt would be refused.
+            return false
         }
     }
 
     /// Whether a hub's `error` ends only this connection (the hub stopping, dropping a slow
-    /// consumer, timing out an idle one, not caught up with a shared log, too busy), so
-    /// attaching again (to this hub or another) makes sense.
+    /// consumer, timing out an idle one, not caught up with a shared log, too busy, or unable
+    /// to hold a replica of a newer version until the upgrade), so attaching again (to this
+    /// hub or another) makes sense.
     private static func isTransient(_ error: WireError) -> Bool {
         error.code == .shuttingDown || error.code == .slowConsumer || error.code == .timeout
-            || error.code == .unavailable || error.code == .tooManyClients
+            || error.code == .unavailable || error.code == .tooManyClients || error.code == .appAhead
+    }
+
+    /// What an `upgraded` notice ends: this replica, outdated (its terminal reason), unless
+    /// the history now runs this replica's own version, which it then attaches to again (a
+    /// full welcome brings the migrated state).
+    ///
+    /// - Parameter notice: The notice.
+    /// - Returns: Why the connection ends.
+    @usableFromInline
+    func upgraded(_ notice: UpgradeNotice) -> ReplicaError {
+        guard notice.to != App.fingerprint else {
+            rehydrateAfterUpgrade.store(true, ordering: .releasing)
+            return .disconnected("the history was upgraded from \(notice.from) to \(notice.to) at seq \(notice.seq), the version this replica runs; attaching again for the upgraded state")
+        }
+        return .appOutdated(.upgraded(notice, running: App.fingerprint))
+    }
+
+    /// The hub holds the `hello` (or, `app-ahead`, cannot hold it and is retried): records it
+    /// and tells observers, unless a synthesised notice repeats a wait already reported.
+    ///
+    /// - Parameters:
+    ///   - notice: What it waits for.
+    ///   - fromHub: Whether the hub sent it (`waiting`), rather than this side making it from `app-ahead`.
+    private func held(_ notice: WaitingNotice, fromHub: Bool) {
+        registrar.willSet(self, keyPath: \.waiting)
+        let observers = shared.withLock { shared -> [Observer]? in
+            shared.ledger.held(notice, fromHub: fromHub) ? shared.observers : nil
+        }
+        registrar.didSet(self, keyPath: \.waiting)
+        if let observers { notify(observers, .connection(.waiting(notice))) }
+    }
+
+    /// The notice reported while a hub answered `app-ahead` (it cannot hold this replica's
+    /// `hello` now): what this replica waits for, and the hub's message.
+    ///
+    /// - Parameter error: The hub's error.
+    /// - Returns: A notice with seq 0.
+    static func aheadNotice(_ error: WireError) -> WaitingNotice {
+        WaitingNotice(reason: "upgrade", fingerprint: App.fingerprint, seq: 0,
+                      message: "the hub cannot hold this replica's hello now (\(error.rawCode): \(error.message)); retrying")
     }
 
     /// Fails the status and sync waits (they need this connection's answer) and tells
@@ -169,6 +216,9 @@ extension Replica {
             } catch {
                 executor.runQueued()
                 last = error
+                // The history runs a newer version than this replica: retrying cannot help.
+                if case .appOutdated = error { return .failure(error) }
+                if case .hub(let wire) = error, wire.code == .appAhead { held(Self.aheadNotice(wire), fromHub: false) }
                 if case .hub(let wire) = error, !Self.isTransient(wire) {
                     // The hub refuses this replica (another app, another protocol): retrying cannot help.
                     return .failure(error)
@@ -185,11 +235,13 @@ extension Replica {
         let resume = wantsResume ? history.map { ResumePoint(history: $0, seq: lastSeq.load(ordering: .acquiring)) } : nil
         try connection.send(.hello(protocolVersion: syncProtocolVersion, app: App.name, fingerprint: App.fingerprint,
                                    name: name, resume: resume, session: session))
-        let reply = try connection.receive()
-        guard case .welcome(let welcome) = reply else {
-            if case .error(let error) = reply { throw .hub(error) }
-            throw .protocolViolation("expected welcome after hello, got \(reply.typeName)")
-        }
+        // A hub may hold the hello (this replica runs a newer version than the history) until
+        // an upgrade, for as long as it takes, or until this replica is closed.
+        let welcome = try Self.awaitWelcome(
+            connection, readMilliseconds: 10_000, holdLimit: nil,
+            stop: { [self] in shared.withLock { $0.ledger.closing } },
+            onWaiting: { [self] notice in held(notice, fromHub: true) },
+            onOutcome: { [self] message in settledBeforeWelcome(message) })
         let change: ConnectionChange
         if welcome.resumed {
             guard let resume, welcome.seq == resume.seq else {
@@ -210,6 +262,9 @@ extension Replica {
         let old = link.replace(with: new)
         old.closeDescriptor(reason: "replaced by a new connection")
         currentReplica.store(welcome.replica, ordering: .releasing)
+        // The welcome ends a wait for an upgrade, if there was one (``waiting`` is observable).
+        registrar.willSet(self, keyPath: \.waiting)
+        defer { registrar.didSet(self, keyPath: \.waiting) }
         let (closing, orphaned) = shared.withLock { shared -> (Bool, [(DispatchID, ReplicaLedger.Pending?, ReplyWaiter<UInt64>?)]) in
             let before = shared.ledger.pending
             let ids = shared.ledger.welcomed(hub: welcome.hub, replica: welcome.replica, history: welcome.history,
@@ -244,6 +299,41 @@ extension Replica {
         }
         resendPending(change)
         return connection.decoder
+    }
+
+    /// A `duplicate` or `reject` the hub sent before its answer to a `hello` that resumed this
+    /// replica's session (an outdated replica learns the outcome of each dispatch it has in
+    /// doubt before the refusal): answers that dispatch as the stream would.
+    private func settledBeforeWelcome(_ message: HubMessage) {
+        switch message {
+        case .duplicate(let id, let seq):
+            let ack = shared.withLock { shared -> ReplyWaiter<UInt64>? in
+                shared.ledger.duplicate(id) != nil ? shared.acks.removeValue(forKey: id) : nil
+            }
+            ack?.resume(returning: seq)
+        case .reject(let id, let error):
+            // As in the stream: the caller that awaits it gets the refusal, observers an event.
+            let (ack, observers) = shared.withLock { shared in
+                shared.ledger.rejected(id)
+                return (shared.acks.removeValue(forKey: id), shared.observers)
+            }
+            ack?.resume(throwing: Self.refusal(error))
+            notify(observers, .rejected(id: id, error: error))
+        default:
+            break
+        }
+    }
+
+    /// The error a dispatch refused by the hub fails with: ``ReplicaError/appOutdated(_:)``
+    /// for `app-outdated` (the history was upgraded before it was sequenced), else
+    /// ``ReplicaError/rejected(_:)``.
+    ///
+    /// - Parameter error: The hub's `reject`.
+    /// - Returns: The caller's error.
+    @usableFromInline
+    static func refusal(_ error: WireError) -> ReplicaError {
+        guard error.code == .appOutdated else { return .rejected(error) }
+        return .appOutdated(AppOutdated(fingerprint: App.fingerprint, notice: nil, error: error))
     }
 
     /// The `sync` id that marks the end of a resume's replay.
@@ -302,6 +392,8 @@ extension Replica {
     /// The connection ended for good: fail every wait and report it.
     func finish(_ reason: ReplicaError) {
         link.current.closeDescriptor(reason: reason.description)
+        registrar.willSet(self, keyPath: \.waiting)
+        defer { registrar.didSet(self, keyPath: \.waiting) }
         let (ended, unanswered) = changingLinkState { () -> (Shared, [(id: DispatchID, pending: ReplicaLedger.Pending)]) in
             self.shared.withLock { shared in
                 let left = shared.ledger.end(reason)
@@ -318,11 +410,18 @@ extension Replica {
         // outside every lock).
         withExtendedLifetime(self.submitter.clear()) {}
         let failure = ReplicaError.disconnected(reason.description)
-        for ack in ended.acks.values { ack.resume(throwing: failure) }
-        // Fire-and-forget dispatches never answered: the hub may or may not have applied them.
-        let neverAnswered = ReplicaError.disconnected("the link to the hub ended (\(reason.description)) before the hub answered this dispatch; it may or may not have been applied")
-        for entry in unanswered where !entry.pending.awaited {
-            reportFailure(neverAnswered, entry.pending.json)
+        if case .appOutdated(let outdated) = reason {
+            // The hub never applies them: not sequenced before the upgrade (or the refusal).
+            let notApplied = ReplicaError.appOutdated(outdated.forDispatch)
+            for ack in ended.acks.values { ack.resume(throwing: notApplied) }
+            for entry in unanswered where !entry.pending.awaited { reportFailure(notApplied, entry.pending.json) }
+        } else {
+            for ack in ended.acks.values { ack.resume(throwing: failure) }
+            // Fire-and-forget dispatches never answered: the hub may or may not have applied them.
+            let neverAnswered = ReplicaError.disconnected("the link to the hub ended (\(reason.description)) before the hub answered this dispatch; it may or may not have been applied")
+            for entry in unanswered where !entry.pending.awaited {
+                reportFailure(neverAnswered, entry.pending.json)
+            }
         }
         for waiter in ended.statusWaiters { waiter?.resume(throwing: failure) }
         for waiter in ended.syncWaiters { waiter.resume(throwing: failure) }

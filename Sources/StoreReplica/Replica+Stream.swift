@@ -132,7 +132,7 @@ extension Replica {
                 ack = shared.acks.removeValue(forKey: id)
                 return shared.observers
             }
-            if let ack { deliveries.steps.append(.refused(ack, ReplicaError.rejected(error))) }
+            if let ack { deliveries.steps.append(.refused(ack, Self.refusal(error))) }
             if !observers.isEmpty { deliveries.steps.append(.event(observers, .rejected(id: id, error: error))) }
         case .status(let status):
             // `.some(nil)`: the reader's own digest check; `nil`: nobody asked.
@@ -183,6 +183,15 @@ extension Replica {
         case .history:
             // An answer to a `history` request this stream never sends (HubConnection.history
             // reads its own): nothing to apply.
+            break
+        case .upgraded(let notice):
+            // In order: every action before the upgrade was applied above. The hub detaches
+            // this connection next; what this replica dispatched and was not sequenced before
+            // the upgrade is never applied.
+            return upgraded(notice)
+        case .waiting, .upgrade:
+            // Answers to a `hello` held before its welcome, and to an `upgrade` request this
+            // stream never sends: nothing to apply.
             break
         case .unknown:
             // The extension rule: a newer hub may send message types this library does not know.

@@ -51,6 +51,17 @@ import Synchronization
 /// with ``ReplicaError/disconnected(_:)`` (awaited dispatches) or goes to `onDispatchFailure`
 /// (fire-and-forget ones): the hub may or may not have applied them.
 ///
+/// **App versions.** `hello` names the app's fingerprint. A replica of a newer version than
+/// the history, which the hub carries, is held until the history is upgraded (`attach`'s
+/// `onWaiting`, then ``ConnectionChange/waiting(_:)`` events and ``waiting`` while it
+/// reconnects), then welcomed; a hub that cannot hold it (`app-ahead`) is retried with the
+/// ``ReconnectPolicy``. When the history is upgraded past this replica's version (an
+/// `upgraded` notice, in order after every action before the upgrade) or already runs a newer
+/// one (`app-outdated` at `hello`), the replica ends with ``ReplicaError/appOutdated(_:)`` and
+/// does not reconnect: each dispatch the hub had not sequenced before the upgrade fails with
+/// that error (it was never applied), and a `hello` that resumes learns the outcome of each
+/// dispatch in doubt first (`duplicate`: applied, with its seq).
+///
 /// Given several sockets (hubs on one shared log, `attach(app:socketPath:…)` with
 /// `"A,B"`), the replica moves to the next one when its hub goes away, and resumes there:
 /// the same history and seqs, so only what it missed is sent.
@@ -140,6 +151,9 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     let currentReplica: Atomic<Int>
     /// Wakes a reconnection backoff early (on ``close()``).
     let wakeReconnect = DispatchSemaphore(value: 0)
+    /// Set when an `upgraded` notice moved the history to this replica's own version: the
+    /// next attachment asks for a full welcome (the migrated state), not a resume.
+    let rehydrateAfterUpgrade = Atomic<Bool>(false)
     /// Observation of ``linkState``.
     let registrar = ObservationRegistrar()
 
@@ -248,6 +262,18 @@ public final class Replica<App: SyncApp>: Sendable, Observable {
     public var linkState: LinkState {
         registrar.access(self, keyPath: \.linkState)
         return shared.withLock { $0.ledger.link }
+    }
+
+    /// What the hub holds this replica for, while it does: the history runs an older version
+    /// of the app than this replica, and the hub welcomes it once the history is upgraded
+    /// (a ``ConnectionChange/waiting(_:)`` event said so). Also set while a hub that cannot
+    /// hold it (`app-ahead`) is retried. `nil` otherwise; cleared by the next welcome.
+    ///
+    /// Observable, like ``linkState``. A replica being attached for the first time is not
+    /// there yet: `attach`'s `onWaiting` reports that wait.
+    public var waiting: WaitingNotice? {
+        registrar.access(self, keyPath: \.waiting)
+        return shared.withLock { $0.ledger.waiting }
     }
 
     /// Runs `body`, which changes ``linkState`` under the lock, telling observers around it.

@@ -55,6 +55,9 @@ struct ReplicaLedger: Sendable {
     private(set) var resumeCompletion: ConnectionChange?
     /// Set by `close()`: no reconnection, and sends fail.
     var closing = false
+    /// What the hub holds this replica's `hello` for (`waiting`), or what it could not hold it
+    /// for (`app-ahead`), from then until the next welcome or the end.
+    private(set) var waiting: WaitingNotice?
     /// The most dispatches pending at once (``ReconnectPolicy/maxPendingDispatches``).
     let maxPending: Int
 
@@ -83,7 +86,7 @@ struct ReplicaLedger: Sendable {
 
     /// ``submit(id:json:awaited:bounded:)`` for an action held as a ``WireAction``.
     mutating func submit(id: DispatchID, action: WireAction, awaited: Bool, bounded: Bool = true) -> Submission {
-        if let endReason { return .refuse(.disconnected(endReason.description)) }
+        if let endReason { return .refuse(endReason.refusalAfterEnd) }
         if pending.count >= maxPending {
             if case .reconnecting = link {
                 return .refuse(.disconnected("\(pending.count) dispatches already wait for the link to the hub to come back (ReconnectPolicy.maxPendingDispatches); this one was not queued — retry later"))
@@ -131,6 +134,18 @@ struct ReplicaLedger: Sendable {
         if divergence { divergences += 1 }
     }
 
+    /// The hub holds the `hello` until an upgrade (`fromHub`), or cannot hold it now (`app-ahead`).
+    ///
+    /// - Parameters:
+    ///   - notice: What it waits for.
+    ///   - fromHub: Whether the hub sent it; a notice made from `app-ahead` is reported once per wait.
+    /// - Returns: Whether to report it.
+    mutating func held(_ notice: WaitingNotice, fromHub: Bool) -> Bool {
+        guard endReason == nil, fromHub || waiting == nil else { return false }
+        waiting = notice
+        return true
+    }
+
     /// Another attempt to reconnect begins.
     mutating func reconnecting(attempt: Int) { link = .reconnecting(attempt: attempt) }
 
@@ -148,6 +163,7 @@ struct ReplicaLedger: Sendable {
     mutating func welcomed(hub: String, replica: Int, history newHistory: String?, resumed: Bool,
                            change: ConnectionChange) -> [DispatchID] {
         hubID = hub
+        waiting = nil
         var orphaned: [DispatchID] = []
         if let newHistory, newHistory != history {
             // Another history: replica ids of the old one say nothing about this one, and a
@@ -185,6 +201,7 @@ struct ReplicaLedger: Sendable {
     mutating func end(_ reason: ReplicaError) -> [(id: DispatchID, pending: Pending)] {
         endReason = reason
         link = .disconnected(reason)
+        waiting = nil
         let left = pending.sorted { $0.value.order < $1.value.order }.map { (id: $0.key, pending: $0.value) }
         pending = [:]
         resumeCompletion = nil

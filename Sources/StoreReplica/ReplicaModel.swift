@@ -26,6 +26,7 @@ public final class ReplicaModel<App: SyncApp>: Observable {
     private let registrar = ObservationRegistrar()
     private var currentState: App.State
     private var currentLink: LinkState
+    private var currentWaiting: WaitingNotice?
     /// Whether a hop to the main actor is already scheduled (news since then rides along).
     private nonisolated let scheduled: Locked<Bool>
     private nonisolated let tokens: Locked<[Subscription]>
@@ -41,6 +42,7 @@ public final class ReplicaModel<App: SyncApp>: Observable {
         // change between reading and subscribing can be missed.
         currentState = replica.app.initialState
         currentLink = .connected
+        currentWaiting = nil
         let stateToken = replica.store.subscribe { [weak self] _ in self?.deliver() }
         let linkToken = replica.observeEvents { [weak self] event in
             switch event {
@@ -51,6 +53,7 @@ public final class ReplicaModel<App: SyncApp>: Observable {
         tokens.withLock { $0 = [stateToken, linkToken] }
         currentState = replica.store.state
         currentLink = replica.linkState
+        currentWaiting = replica.waiting
     }
 
     deinit {
@@ -72,6 +75,14 @@ public final class ReplicaModel<App: SyncApp>: Observable {
     public var linkState: LinkState {
         registrar.access(self, keyPath: \.linkState)
         return currentLink
+    }
+
+    /// What the hub holds the replica for while it reconnects (the history runs an older
+    /// version of the app; it attaches once the history is upgraded), as of the last hop to
+    /// the main actor; `nil` otherwise. Observable.
+    public var waiting: WaitingNotice? {
+        registrar.access(self, keyPath: \.waiting)
+        return currentWaiting
     }
 
     /// Sends an action and waits until the hub has sequenced it and it is applied here.
@@ -123,9 +134,13 @@ public final class ReplicaModel<App: SyncApp>: Observable {
         scheduled.withLock { $0 = false }
         let state = replica.store.state
         let link = replica.linkState
+        let waiting = replica.waiting
         registrar.withMutation(of: self, keyPath: \.state) { currentState = state }
         if link != currentLink {
             registrar.withMutation(of: self, keyPath: \.linkState) { currentLink = link }
+        }
+        if waiting != currentWaiting {
+            registrar.withMutation(of: self, keyPath: \.waiting) { currentWaiting = waiting }
         }
     }
 }

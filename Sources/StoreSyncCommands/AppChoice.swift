@@ -43,22 +43,4 @@ enum AppChoice {
     static func name(_ text: String) -> String {
         text.firstIndex(of: "@").map { String(text[..<$0]) } ?? text
     }
-
-    /// The version a hub runs on a history written by `written`: that version when `--app`
-    /// named the app without a version and its chain carries `written` (the hub then serves
-    /// the history's version, and can name the newest as `upgradable_to`); else `app` itself
-    /// (which refuses a history of another fingerprint, as it always has).
-    ///
-    /// - Parameters:
-    ///   - app: The app `--app` chose.
-    ///   - asked: What `--app` was given (`NAME` or `NAME@VERSION`).
-    ///   - written: The fingerprint the history was written by, if known.
-    /// - Returns: The app to run, and the newest fingerprint when that is an older version.
-    static func forHistory(_ app: any SyncApp, asked: String, written: String?) -> (app: any SyncApp, upgradableTo: String?) {
-        let newest = type(of: app).fingerprint
-        guard !asked.contains("@"), let written, written != newest, let older = app.versions.app(written) else {
-            return (app, nil)
-        }
-        return (older, newest)
-    }
 }

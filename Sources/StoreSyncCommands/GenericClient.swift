@@ -34,13 +34,8 @@ enum GenericClient {
             fail("watch --diff runs the app's reducer, and the hub's app \"\(app)\" is not built into \(ReplicaCommand.program); use your app's own CLI", status: 2)
         }
         if command == "watch" { ReplicaCommand.exitOnTerminationSignal() }
-        try connection.send(.hello(protocolVersion: 1, app: app, fingerprint: nil, name: options.name))
-        let welcome: Welcome
-        switch try connection.receive() {
-        case .welcome(let value): welcome = value
-        case .error(let error): throw .hub(error)
-        default: throw .protocolViolation("the hub's first answer to hello was not a welcome")
-        }
+        var connection = connection
+        var welcome = try hello(over: connection, app: app, name: options.name)
         switch command {
         case "state":
             printState(welcome, options: options)
@@ -56,6 +51,10 @@ enum GenericClient {
                         Console.out("\(seq)")
                     case .reject(let got, let error) where got == id:
                         fail("\(error.rawCode): \(error.message)")
+                    case .upgraded(let notice):
+                        // In order: this action was not sequenced before the upgrade, and the
+                        // hub never applies it (it detaches this connection next).
+                        fail("the history was upgraded from \(notice.from) to \(notice.to) at seq \(notice.seq) before this action was sequenced, so it was never applied\(index + 1 < actions.count ? " (nor the ones after it, not sent)" : ""); run the command again")
                     case .error(let error):
                         throw .hub(error)
                     default:
@@ -71,12 +70,45 @@ enum GenericClient {
                 case .action:
                     guard let sequenced = SequencedAction(message), options.filter.passes(sequenced) else { continue }
                     Console.out(sequenced.json().canonicalString)
+                case .upgraded(let notice):
+                    // Raw JSON has no version to outgrow: attach again (the hub detaches this
+                    // connection after the notice), fill the gap from the hub's resume window,
+                    // and go on, so every seq is printed once.
+                    Console.error("\(ReplicaCommand.program): \(ControlCharacters.escaped("the history was upgraded from \(notice.from) to \(notice.to) at seq \(notice.seq) (digest \(notice.digest)); watching on"))")
+                    connection.close()
+                    connection = try HubConnection(path: connection.path)
+                    welcome = try hello(over: connection, app: app, name: options.name)
+                    if welcome.seq > notice.seq {
+                        let filler = try HubConnection(path: connection.path)
+                        defer { filler.close() }
+                        try Self.actions(over: filler, from: notice.seq + 1, through: welcome.seq, name: options.name) { sequenced in
+                            guard options.filter.passes(sequenced) else { return }
+                            Console.out(sequenced.json().canonicalString)
+                        }
+                    }
                 case .error(let error):
                     throw .hub(error)
                 default:
                     continue
                 }
             }
+        }
+    }
+
+    /// Says `hello` without a fingerprint (any version of the hub's app, as raw JSON) and
+    /// reads the welcome.
+    ///
+    /// - Parameters:
+    ///   - connection: A connection that has sent nothing yet.
+    ///   - app: The hub's app name.
+    ///   - name: The replica's name.
+    /// - Returns: The welcome.
+    private static func hello(over connection: HubConnection, app: String, name: String?) throws(ReplicaError) -> Welcome {
+        try connection.send(.hello(protocolVersion: 1, app: app, fingerprint: nil, name: name))
+        switch try connection.receive() {
+        case .welcome(let value): return value
+        case .error(let error): throw .hub(error)
+        default: throw .protocolViolation("the hub's first answer to hello was not a welcome")
         }
     }
 
@@ -89,10 +121,27 @@ enum GenericClient {
     ///   - options: The command line (`--from`, `--to` in ``ReplicaOptions/arguments``).
     static func history(over connection: HubConnection, options: ReplicaOptions) throws(ReplicaError) {
         let (from, end) = try historyRange(over: connection, options: options)
-        try actions(over: connection, from: from, through: end, name: options.name) { sequenced in
+        try actions(over: connection, from: from, through: end, name: options.name, each: { sequenced in
             guard options.filter.passes(sequenced) else { return }
             Console.out(sequenced.json().canonicalString)
-        }
+        }, upgrade: { notice in
+            Console.out(upgradeJSON(notice).canonicalString)
+        })
+    }
+
+    /// The line `history` prints at an upgrade (whatever the filters): `{"digest":…,"from":…,
+    /// "seq":…,"to":…,"type":"upgrade"}`, with `patch` (the JSON Patch the migration made)
+    /// for `--diff`.
+    ///
+    /// - Parameters:
+    ///   - notice: The upgrade.
+    ///   - patch: The migration's patch, if any.
+    /// - Returns: The line's object.
+    static func upgradeJSON(_ notice: UpgradeNotice, patch: [JSON]? = nil) -> JSON {
+        var members: [JSONKey: JSON] = ["type": "upgrade", "seq": JSON(notice.seq), "from": .string(notice.from),
+                                        "to": .string(notice.to), "digest": .string(notice.digest)]
+        if let patch { members["patch"] = .array(patch) }
+        return .object(members)
     }
 
     /// `--from` and `--to` of `history`, checked against the hub's seq (usage errors exit 2).
@@ -131,14 +180,20 @@ enum GenericClient {
     ///   - name: The replica's name, for the older hub's log.
     ///   - older: The message when they are not kept (`nil`: the hub's own).
     ///   - each: Called with each action, in order.
+    ///   - upgrade: Called with each upgrade, in order among the actions (at its seq).
     static func actions(over connection: HubConnection, from: UInt64, through last: UInt64, name: String?, older: String? = nil,
-                        each: (SequencedAction) -> Void) throws(ReplicaError) {
+                        each: (SequencedAction) -> Void, upgrade: (UpgradeNotice) -> Void = { _ in }) throws(ReplicaError) {
         guard from <= last else { return }
         var next = from
         do throws(ReplicaError) {
             while true {
                 let page = try connection.history(from: next, to: last)
-                for sequenced in page.actions.compactMap(SequencedAction.init) { each(sequenced) }
+                var upgrades = page.upgrades.sorted { $0.seq < $1.seq }[...]
+                for sequenced in page.actions.compactMap(SequencedAction.init) {
+                    while let first = upgrades.first, first.seq < sequenced.seq { upgrade(first); upgrades.removeFirst() }
+                    each(sequenced)
+                }
+                for notice in upgrades { upgrade(notice) }
                 guard page.to < last, page.to >= next else { return }
                 next = page.to + 1
             }

@@ -76,24 +76,17 @@ public enum HubCommand {
         if let export = options.export { exportData(export, at: options.exportAt, apps: apps, program: program) }
         let sharedLog = options.logURL.map { sharedLogConfiguration($0, options: options, program: program) }
         if let checkData = options.checkData { checkDataDirectory(checkData, repair: options.repair, apps: apps, program: program) }
-        var app: any SyncApp
+        let app: any SyncApp
         switch AppChoice.find(appName, among: apps) {
         case .success(let chosen): app = chosen
         case .failure(let error): hubFail("\(error.message) (\(program) --list-apps)", status: 2)
         }
         let logs = LogWriter(prefix: "\(program): ")
         var configuration = hubConfiguration(options, appName: AppChoice.name(appName), sharedLog: sharedLog, program: program, logs: logs)
-        // `--app NAME` on a data directory of an older version of NAME that this binary carries:
-        // the hub serves that version (the history's), and says it could move to the newest.
-        if let directory = options.dataDirectory, sharedLog == nil {
-            let written = DataDirectory.fingerprint(of: directory)
-            let chosen = AppChoice.forHistory(app, asked: appName, written: written)
-            if let newest = chosen.upgradableTo {
-                configuration.upgradableTo = newest
-                configuration.logger.notice("the data directory \(directory) holds a history of \(type(of: chosen.app).fingerprint): serving that version, which this hub carries beside \(newest) (status upgradable_to)")
-                app = chosen.app
-            }
-        }
+        // `--app NAME` carries every version of NAME: on a history of an older one the hub serves
+        // that version and can upgrade it. `--app NAME@VERSION` runs that version alone.
+        if !appName.contains("@") { configuration.versions = app.versions }
+        configuration.upgradeAtStart = options.upgrade
         serve(app, configuration: configuration, logs: logs)
     }
 
@@ -153,7 +146,9 @@ public enum HubCommand {
         guard let fingerprint = DataDirectory.fingerprint(of: directory) else {
             hubFail("\(directory) is not a StoreSync data directory (no readable storesync.json)", status: 1)
         }
-        guard let app = apps.first(where: { JSONKey(type(of: $0).fingerprint) == JSONKey(fingerprint) }) else {
+        // The newest version of the app whose chain has the directory's version (it reads every
+        // version of the history, across its upgrades).
+        guard let app = apps.first(where: { $0.versions.fingerprints.contains { JSONKey($0) == JSONKey(fingerprint) } }) else {
             hubFail("\(directory) was written by app \(fingerprint), which this \(program) does not have", status: 1)
         }
         return app

@@ -54,6 +54,8 @@ struct HubOptions: Equatable {
     var idleTimeout: Duration?
     var welcomeTimeout: Duration?
     var checkDeterminism = false
+    /// `--upgrade`: move the history to the newest version once, at start.
+    var upgrade = false
     var logTimestamps: Bool?
     var logLevel = HubLogger.Level.info
     var checkData: String?
@@ -132,7 +134,7 @@ struct HubOptions: Equatable {
                          [--nats-replicas N] [--retain-actions N]]
                         [--backlog-bytes N] [--checkpoint-every N] [--checkpoint-interval SECONDS]
                         [--idle-timeout SECONDS]
-                        [--welcome-timeout SECONDS] [--check-determinism] [--log-timestamps on|off]
+                        [--welcome-timeout SECONDS] [--check-determinism] [--upgrade] [--log-timestamps on|off]
                         [--log-level LEVEL] [--max-frame-bytes N] [--max-queue-bytes N]
                    \(program) --check-data DIR [--repair]
                    \(program) --export DIR [--at SEQ]
@@ -377,6 +379,14 @@ struct HubOptions: Equatable {
                 "and two digests of the whole state per action (not during",
                 "recovery): for staging and tests.",
             ]) { options in options.checkDeterminism = true },
+            .switch("--upgrade", help: [
+                "Once recovered, upgrade the history to the newest version of the",
+                "app this hub carries (see --list-apps), then serve: the state is",
+                "migrated and an upgrade record is sequenced. Nothing happens when",
+                "the history already runs it; a refused upgrade (no path, the",
+                "migration threw, the state too large) stops the start with why.",
+                "A running hub is upgraded with replica-cli upgrade instead.",
+            ]) { options in options.upgrade = true },
             .value("--log-timestamps", "--log-timestamps on|off", help: [
                 "Start every log line with the time, RFC 3339 in UTC with",
                 "milliseconds (2026-11-28T12:45:01.123Z). Default: on when stderr",
@@ -414,7 +424,9 @@ struct HubOptions: Equatable {
                 "{\"type\":\"history\",…}, the records kept before the newest",
                 "snapshot, {\"type\":\"snapshot\",\"seq\":…,\"digest\":…,\"state\":…}, then",
                 "every record after it as {\"type\":\"action\",\"seq\":…,\"origin\":…,",
-                "\"id\":…,\"action\":…} (with \"session\" and \"checkpoint\" when set).",
+                "\"id\":…,\"action\":…} (with \"session\" and \"checkpoint\" when set),",
+                "an upgrade as {\"type\":\"upgrade\",\"seq\":…,\"from\":…,\"to\":…,",
+                "\"digest\":…}.",
             ], into: \.export),
             .value("--at", "--at SEQ", help: [
                 "With --export: print instead the state as it was right after SEQ,",

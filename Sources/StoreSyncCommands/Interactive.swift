@@ -16,6 +16,10 @@ struct Interactive<App: SyncApp> {
     let replica: Replica<App>
     /// Machine-readable output: every line one JSON object.
     let json: Bool
+    /// Says on stderr when the hub holds this replica until the history is upgraded to its version.
+    var waiting: WaitingReporter?
+    /// Every version of the app this program carries, for what to run once the history moves past this one.
+    var carried: AppVersionChain?
 
     func run() async {
         let me = replica.replicaID
@@ -55,14 +59,18 @@ struct Interactive<App: SyncApp> {
                     Console.out("rejected \(id): \(error.rawCode): \(error.message)")
                 }
             case .connection(let change):
+                if case .waiting(let notice) = change { waiting?.report(notice) }
                 if json {
                     if let line = linkJSON(change, replica: replica.replicaID) { Console.out(line.canonicalString) }
                 } else if let line = linkLine(change) {
                     Console.out(line)
                 }
                 switch change {
-                case .resumed: for line in held.take() { Console.out(line) }
+                case .resumed:
+                    waiting?.reset()
+                    for line in held.take() { Console.out(line) }
                 case .rehydrated:
+                    waiting?.reset()
                     // The state was replaced, not changed by actions: diffs start again from it.
                     seen.restart(at: replica.store.state)
                     for line in held.take() { Console.out(line) }
@@ -78,7 +86,7 @@ struct Interactive<App: SyncApp> {
                 }
             case .disconnected(let reason):
                 for line in held.take() { Console.out(line) }
-                exitDisconnected(reason)
+                ended(reason)
             }
         }
         defer { token.cancel() }
@@ -268,12 +276,23 @@ struct Interactive<App: SyncApp> {
     /// A barrier failed: while the link is being re-established, say so and go on; once it
     /// has ended for good, report it and exit.
     private func settleFailed(_ error: ReplicaError) async {
-        if case .disconnected(let reason) = replica.linkState { exitDisconnected(reason) }
+        if case .disconnected(let reason) = replica.linkState { ended(reason) }
         if json {
             Console.out(JSON.object(["type": "error", "error": ["code": "unavailable", "message": .string(error.description)]]).canonicalString)
         } else {
             Console.out("error: \(error.description)")
         }
+    }
+
+    /// The link ended for good: an outdated replica is told what to run (with `--json`, the
+    /// hub's `upgraded` notice first, on stdout); then it exits 1.
+    private func ended(_ reason: ReplicaError) -> Never {
+        guard case .appOutdated(let outdated) = reason else { exitDisconnected(reason) }
+        if exiting.exchange(true, ordering: .sequentiallyConsistent) {
+            while true { pause() }
+        }
+        if json, let notice = outdated.notice { Console.out(notice.json.canonicalString) }
+        ReplicaCommand.exitOutdated(outdated, command: "attach", path: replica.socketPath, carried: carried ?? replica.app.versions)
     }
 
     private func dispatch(_ line: String) {

@@ -8,6 +8,7 @@ import Darwin
 import Foundation
 import StoreReplica
 import SyncCore
+import SyncLocks
 import SyncPOSIX
 
 func fail(_ message: String, status: Int32 = 1) -> Never {
@@ -79,10 +80,10 @@ public enum ReplicaCommand {
         // The library reads it from the environment, as every client of this process would.
         if let hubUID = options.hubUID { setenv(SocketPath.hubUIDVariable, hubUID, 1) }
         guard let command = options.command else {
-            fail("missing command (attach, dispatch, state, watch, status, top, history or inspect); see \(ReplicaCommand.program) --help", status: 2)
+            fail("missing command (attach, dispatch, state, watch, status, top, history, inspect or upgrade); see \(ReplicaCommand.program) --help", status: 2)
         }
-        guard ["attach", "dispatch", "state", "watch", "status", "top", "history", "inspect"].contains(command) else {
-            fail("unknown command \"\(shown(command))\"; the commands are attach, dispatch, state, watch, status, top, history and inspect", status: 2)
+        guard ["attach", "dispatch", "state", "watch", "status", "top", "history", "inspect", "upgrade"].contains(command) else {
+            fail("unknown command \"\(shown(command))\"; the commands are attach, dispatch, state, watch, status, top, history, inspect and upgrade", status: 2)
         }
         if command == "inspect" {
             // Bad usage (a host that is not loopback) is said before anything connects.
@@ -107,7 +108,9 @@ public enum ReplicaCommand {
         }
         // With no --app, a CLI of one app uses that app's default socket; replica-cli (several
         // apps) finds the one hub in the default directory, or says which to choose.
-        let defaultApp = options.app.map(AppChoice.name) ?? (apps.count == 1 ? apps.first.map { type(of: $0).name } : nil)
+        // `upgrade --to NAME@VERSION` names the app too.
+        let defaultApp = options.app.map(AppChoice.name) ?? options.upgradeTo.map(AppChoice.name)
+            ?? (apps.count == 1 ? apps.first.map { type(of: $0).name } : nil)
         let paths: [String]
         do throws(SystemError) {
             paths = try SocketPath.locate(explicit: options.socket, app: defaultApp)
@@ -116,6 +119,10 @@ public enum ReplicaCommand {
         }
         do throws(ReplicaError) {
             let connection = try HubConnection(paths: paths)
+            if command == "upgrade" {
+                try upgrade(over: connection, options: options)
+                return
+            }
             if command == "top" {
                 try TopCommand.run(over: connection, options: options)
                 return
@@ -132,11 +139,13 @@ public enum ReplicaCommand {
                     let flag = options.devtools != nil ? "--devtools" : "--diff"
                     fail("history \(flag) runs the app's reducer, and the hub's app \"\(ControlCharacters.escaped(hubApp))\" is not built into \(ReplicaCommand.program); use your app's own CLI (history without \(flag) works with any hub)", status: 2)
                 }
+                // Every version carried: the history may have been upgraded within the range.
+                let chain = app(named: AppChoice.name(hubApp))?.versions
                 if let file = options.devtools {
-                    try historyDevTools(known, over: connection, options: options, file: file)
+                    try historyDevTools(known, carried: chain, over: connection, options: options, file: file)
                     return
                 }
-                try historyDiff(known, over: connection, options: options)
+                try historyDiff(known, carried: chain, over: connection, options: options)
                 return
             }
             var appName = options.app
@@ -158,6 +167,9 @@ public enum ReplicaCommand {
                 try GenericClient.run(app: name, over: connection, command: command, options: options)
                 return
             }
+            // Every version this program carries of the app (the newest's chain), for what to
+            // run when the history moves past the one chosen here.
+            let carried = appName.flatMap { app(named: AppChoice.name($0)) }?.versions
             guard let name = appName, var app = app(named: name) else {
                 if options.app == nil {
                     // The hub's app, learned from its status: say which hub, and how to pick another.
@@ -168,8 +180,13 @@ public enum ReplicaCommand {
             // The hub's app, learned from its status: the version its history runs, when this
             // executable carries it (a hub may serve an older version than the newest here).
             if let hubFingerprint, let version = app.versions.app(hubFingerprint) { app = version }
-            try await run(app, over: connection, command: command, options: options)
+            try await run(app, over: connection, command: command, options: options, carried: carried)
         } catch {
+            if case .appOutdated(let outdated) = error {
+                // The hub refused the hello: the history runs a newer version than this one.
+                let carried = apps.first { JSONKey(type(of: $0).name) == JSONKey(AppChoice.name(outdated.fingerprint)) }?.versions
+                exitOutdated(outdated, command: command, path: paths.first, carried: carried)
+            }
             fail(error.description)
         }
     }
@@ -185,7 +202,7 @@ public enum ReplicaCommand {
         for line in healthLines(status) { Console.out(line) }
         Console.out("""
             hub          \(status.hub)
-            app          \(status.app) (\(status.fingerprint))
+            app          \(status.app) (\(status.fingerprint))\(status.upgradableTo.map { "\nupgradable   \(ControlCharacters.escaped($0)) (\(ReplicaCommand.program) upgrade)" } ?? "")
             protocol     \(status.protocolVersion)
             seq          \(status.seq)
             digest       \(status.digest)
@@ -219,7 +236,8 @@ public enum ReplicaCommand {
     }
 
     static func run<App: SyncApp>(_ app: App, over connection: HubConnection, command: String,
-                                  options: ReplicaOptions) async throws(ReplicaError) {
+                                  options: ReplicaOptions, carried: AppVersionChain? = nil) async throws(ReplicaError) {
+        let carried = carried ?? app.versions
         // Bad arguments are usage errors before anything attaches to the hub.
         let actions = command == "dispatch" ? options.arguments.map { wireAction(app, $0) } : []
         if command == "watch" || command == "attach" { exitOnTerminationSignal() }
@@ -236,19 +254,28 @@ public enum ReplicaCommand {
             return
         }
         if command == "state", let seq = options.at {
-            try stateAt(seq, app: app, over: connection, options: options)
+            try stateAt(seq, app: app, carried: carried, over: connection, options: options)
             return
         }
+        // A hub that holds the hello until the history is upgraded to this version: say so
+        // (once per wait) and wait.
+        let waiting = WaitingReporter(path: connection.path, fingerprint: App.fingerprint)
         let replica = try Replica.attach(app: app, over: connection, name: options.name, startReading: false,
-                                         reconnect: policy)
+                                         reconnect: policy, onWaiting: { waiting.report($0) })
         defer { replica.close() }
+        waiting.reset()
         switch command {
         case "state":
             try printState(replica, options: options)
         case "dispatch":
             replica.startReading()
             for json in actions {
-                let seq = try await replica.dispatch(json: json)
+                let seq: UInt64
+                do throws(ReplicaError) {
+                    seq = try await replica.dispatch(json: json)
+                } catch .appOutdated(let outdated) {
+                    exitOutdated(outdated, command: command, path: replica.socketPath, carried: carried, notApplied: true)
+                }
                 Console.out("\(seq)")
             }
         case "watch":
@@ -265,8 +292,12 @@ public enum ReplicaCommand {
                     let patch = diffs?.nextPatch()
                     guard options.filter.passes(sequenced) else { break }
                     Console.out(sequenced.json(patch: patch).canonicalString)
+                case .connection(.waiting(let notice)):
+                    waiting.report(notice)
                 case .connection(let change):
                     if case .rehydrated = change { diffs?.restart(at: app.encodeState(replica.store.state)) }
+                    if case .resumed = change { waiting.reset() }
+                    if case .rehydrated = change { waiting.reset() }
                     // stdout stays one action per line; the link's story goes to stderr.
                     if let line = linkLine(change) { Console.error("\(ReplicaCommand.program): \(line)") }
                 case .hubLog(let available, let reason):
@@ -278,10 +309,114 @@ public enum ReplicaCommand {
             replica.startReading()
             let reason = await replica.waitUntilDisconnected()
             token.cancel()
+            if case .appOutdated(let outdated) = reason {
+                exitOutdated(outdated, command: command, path: replica.socketPath, carried: carried)
+            }
             fail(reason.description)
         default:
-            await Interactive(replica: replica, json: options.json).run()
+            await Interactive(replica: replica, json: options.json, waiting: waiting, carried: carried).run()
         }
+    }
+
+    /// `upgrade [--to NAME@VERSION] [--dry-run]`: asks the hub (no `hello`) and prints its
+    /// answer in one line (``upgradeLine(_:)``), or with `--json` the hub's message; a
+    /// refusal is one line on stderr and exit 1.
+    ///
+    /// - Parameters:
+    ///   - connection: A connection that has sent nothing yet.
+    ///   - options: The command line.
+    static func upgrade(over connection: HubConnection, options: ReplicaOptions) throws(ReplicaError) {
+        let id = DispatchID.string("replica-cli-upgrade")
+        let report: UpgradeReport
+        do throws(ReplicaError) {
+            report = try connection.upgrade(to: options.upgradeTo, dryRun: options.dryRun, id: id)
+        } catch .rejected(let error) {
+            if options.json { Console.out(HubMessage.reject(id: id, error: error).json.canonicalString) }
+            fail(error.code == .upgradeRefused ? "upgrade refused: \(error.message)" : "upgrade \(error.rawCode): \(error.message)")
+        } catch .hub(let error) where error.code == .unknownType {
+            fail("the hub at \(connection.path) does not know upgrade requests (\(error.message)): it predates app upgrades; run a newer hubd")
+        }
+        Console.out(options.json ? HubMessage.upgrade(report).json.canonicalString : upgradeLine(report))
+    }
+
+    /// What `upgrade` prints for the hub's report, in one line (terminal-safe):
+    /// - `upgraded todos@1 → todos@2 at seq 7, digest D (B bytes); detached 2 replicas (todos@1: 2)`;
+    /// - `the history already runs todos@2 (seq 9, digest D); nothing changed`;
+    /// - `dry run: todos@1 → todos@2 would migrate the state at seq 7 to digest D (B bytes) and
+    ///   detach 2 replicas (todos@1: 2); nothing changed`, or for the version the history
+    ///   already runs `dry run: the history already runs todos@2 (seq 9, digest D); nothing would change`.
+    ///
+    /// - Parameter report: The hub's answer.
+    /// - Returns: The line.
+    static func upgradeLine(_ report: UpgradeReport) -> String {
+        let from = ControlCharacters.escaped(report.from), to = ControlCharacters.escaped(report.to)
+        let digest = ControlCharacters.escaped(report.digest)
+        let size = report.stateBytes == 1 ? "1 byte" : "\(report.stateBytes) bytes"
+        let replicas = detachedText(report.detaches)
+        if report.dryRun {
+            guard JSONKey(report.from) != JSONKey(report.to) else {
+                return "dry run: the history already runs \(to) (seq \(report.seq), digest \(digest)); nothing would change"
+            }
+            return "dry run: \(from) → \(to) would migrate the state at seq \(report.seq) to digest \(digest) (\(size)) and detach \(replicas); nothing changed"
+        }
+        guard report.changed else {
+            return "the history already runs \(to) (seq \(report.seq), digest \(digest)); nothing changed"
+        }
+        return "upgraded \(from) → \(to) at seq \(report.seq), digest \(digest) (\(size)); detached \(replicas)"
+    }
+
+    /// `2 replicas (todos@1: 2)`: how many, and how many per version their `hello` named, in
+    /// the versions' order (`generic`: clients that named none, last); `no replicas` for none.
+    ///
+    /// - Parameter detaches: The replicas an upgrade detaches.
+    /// - Returns: The words.
+    static func detachedText(_ detaches: [UpgradeReport.Detached]) -> String {
+        guard !detaches.isEmpty else { return "no replicas" }
+        var counts: [String: Int] = [:]
+        var generic = 0
+        for entry in detaches {
+            if let fingerprint = entry.fingerprint {
+                counts[ControlCharacters.escaped(fingerprint), default: 0] += 1
+            } else {
+                generic += 1
+            }
+        }
+        var groups = counts.keys.sorted().map { "\($0): \(counts[$0] ?? 0)" }
+        if generic > 0 { groups.append("generic: \(generic)") }
+        return "\(detaches.count) replica\(detaches.count == 1 ? "" : "s") (\(groups.joined(separator: ", ")))"
+    }
+
+    /// Says why this replica's app version cannot go on (the history was upgraded past it, or
+    /// runs a newer version already) and what to run instead; exits 1.
+    ///
+    /// - Parameters:
+    ///   - outdated: Why.
+    ///   - command: The command that ran (`attach`, `watch`, …), for what to run.
+    ///   - path: The hub's socket, to ask which version its history runs when the hub's
+    ///     refusal did not say.
+    ///   - carried: The versions of the app this program carries.
+    ///   - notApplied: Whether an action this command dispatched was never applied because of it.
+    static func exitOutdated(_ outdated: AppOutdated, command: String, path: String?, carried: AppVersionChain?,
+                             notApplied: Bool = false) -> Never {
+        let target = outdated.historyFingerprint ?? path.flatMap { try? HubConnection.status(at: $0).fingerprint }
+        var text: String
+        if let notice = outdated.notice {
+            text = "the history was upgraded from \(notice.from) to \(notice.to) at seq \(notice.seq)"
+            if notApplied { text += " before this action was sequenced, so it was never applied" }
+            text += "; this replica runs \(outdated.fingerprint)"
+        } else if let target, JSONKey(target) != JSONKey(outdated.fingerprint) {
+            text = "the hub's history runs \(target), a newer version than this replica's \(outdated.fingerprint)"
+            if notApplied { text += "; this action was never applied" }
+        } else {
+            text = "\(outdated.error.rawCode): \(outdated.error.message)"
+        }
+        guard let target, JSONKey(target) != JSONKey(outdated.fingerprint) else {
+            fail("\(text): run a newer version of the app")
+        }
+        if carried?.contains(target) == true {
+            fail("\(text): run \(ReplicaCommand.program) --app \(target) \(command)")
+        }
+        fail("\(text): run a \(ReplicaCommand.program) that carries \(target)")
     }
 
     /// Ends the process with status 0 on SIGINT or SIGTERM (watch and attach run until then).
@@ -311,25 +446,129 @@ public enum ReplicaCommand {
     }
 
     /// `state --at SEQ`: the state as it was right after SEQ, rebuilt here with the app's
-    /// reducer from the initial state and the actions 1…SEQ of the hub's resume window (a
-    /// `hello` resuming at seq 0). Refused, saying why, when the window no longer starts at 1.
-    static func stateAt<App: SyncApp>(_ seq: UInt64, app: App, over connection: HubConnection, options: ReplicaOptions) throws(ReplicaError) {
+    /// reducers from the initial state of the version the history started with and the
+    /// actions 1…SEQ of the hub's resume window, migrated at each upgrade on the way (the app
+    /// versions `carried`). Refused, saying why, when the window no longer starts at 1.
+    static func stateAt<App: SyncApp>(_ seq: UInt64, app: App, carried: AppVersionChain? = nil, over connection: HubConnection,
+                                      options: ReplicaOptions) throws(ReplicaError) {
         let status = try connection.status()
         guard seq <= status.seq else { fail("the hub is at seq \(status.seq); seq \(seq) is not sequenced yet") }
-        let state = try rebuild(app, through: seq, over: connection, options: options,
-                                older: "the state at seq \(seq) cannot be rebuilt: the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); with a data directory, hubd --export DIR --at \(seq) rebuilds it from the newest snapshot at or before it")
-        printState(app.encodeState(state), seq: seq, options: options)
+        let older = "the state at seq \(seq) cannot be rebuilt: the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); with a data directory, hubd --export DIR --at \(seq) rebuilds it from the newest snapshot at or before it"
+        let items = try historyItems(over: connection, from: 1, through: seq, options: options, older: older)
+        var rebuilt = try rebuildStart(carried ?? app.versions, items: items, through: seq, status: status, over: connection,
+                                       options: options, older: older)
+        advance(&rebuilt, through: items[...])
+        printState(rebuilt.state, seq: seq, options: options)
     }
 
-    /// The state right after `seq`, rebuilt here with the app's reducer from its initial
-    /// state and the actions 1…`seq` of the hub's resume window (the `history` request).
-    static func rebuild<App: SyncApp>(_ app: App, through seq: UInt64, over connection: HubConnection, options: ReplicaOptions,
-                                      older: String) throws(ReplicaError) -> App.State {
-        var state = app.initialState
-        try GenericClient.actions(over: connection, from: 1, through: seq, name: options.name, older: older) { sequenced in
-            apply(app, sequenced.action, seq: sequenced.seq, to: &state)
+    /// A state rebuilt here, in its JSON form, and the app version it is of (it changes at
+    /// each upgrade on the way).
+    struct RebuiltState {
+        /// The state.
+        var state: JSON
+        /// Its version's fingerprint.
+        var version: String
+        /// Every version this program carries.
+        let chain: AppVersionChain
+    }
+
+    /// One item of the history, in seq order: an action, or an upgrade.
+    enum HistoryItem {
+        /// A sequenced action.
+        case action(SequencedAction)
+        /// An upgrade record (it takes its seq; no action has it).
+        case upgrade(UpgradeNotice)
+    }
+
+    /// The actions and upgrades `from`…`last` of the hub's resume window, in seq order.
+    static func historyItems(over connection: HubConnection, from: UInt64, through last: UInt64, options: ReplicaOptions,
+                             older: String) throws(ReplicaError) -> [HistoryItem] {
+        var items: [HistoryItem] = []
+        try GenericClient.actions(over: connection, from: from, through: last, name: options.name, older: older,
+                                  each: { items.append(.action($0)) }, upgrade: { items.append(.upgrade($0)) })
+        return items
+    }
+
+    /// The initial state of the version the history started with: the `from` of its first
+    /// upgrade among `items` (seqs 1…`last`), else the version it ran right after `last` (the
+    /// `from` of the next upgrade after it, else the version it runs now).
+    static func rebuildStart(_ chain: AppVersionChain, items: [HistoryItem], through last: UInt64, status: HubStatus,
+                             over connection: HubConnection, options: ReplicaOptions, older: String) throws(ReplicaError) -> RebuiltState {
+        var genesis: String?
+        for case .upgrade(let notice) in items {
+            genesis = notice.from
+            break
         }
-        return state
+        if genesis == nil, last < status.seq {
+            for case .upgrade(let notice) in try historyItems(over: connection, from: last + 1, through: status.seq, options: options, older: older) {
+                genesis = notice.from
+                break
+            }
+        }
+        let version = genesis ?? status.fingerprint
+        guard let app = chain.app(version) else {
+            fail("the history ran \(version) at seq \(last), a version of its app this program does not carry (it carries \(chain.fingerprints.joined(separator: ", "))): its reducer cannot rebuild the state here; use hubd --export DIR --at SEQ on the hub's data directory")
+        }
+        return RebuiltState(state: initialJSON(app), version: version, chain: chain)
+    }
+
+    /// The app's initial state, in its JSON form.
+    static func initialJSON<App: SyncApp>(_ app: App) -> JSON { app.encodeState(app.initialState) }
+
+    /// Applies `items` in order: actions with the reducer of the version they were sequenced
+    /// under (consecutive ones in one go), upgrades with the chain's migration.
+    static func advance(_ rebuilt: inout RebuiltState, through items: ArraySlice<HistoryItem>) {
+        var run: [SequencedAction] = []
+        for item in items {
+            switch item {
+            case .action(let sequenced):
+                run.append(sequenced)
+            case .upgrade(let notice):
+                replay(&rebuilt, run)
+                run = []
+                migrate(&rebuilt, notice)
+            }
+        }
+        replay(&rebuilt, run)
+    }
+
+    /// Applies actions sequenced under ``RebuiltState/version`` with its reducer.
+    static func replay(_ rebuilt: inout RebuiltState, _ actions: [SequencedAction]) {
+        guard let first = actions.first else { return }
+        guard let app = rebuilt.chain.app(rebuilt.version) else {
+            fail("action \(first.seq) was sequenced under \(rebuilt.version), a version this program does not carry")
+        }
+        rebuilt.state = replay(app, rebuilt.state, actions)
+    }
+
+    /// Applies `actions` to a state of `app`'s version with its reducer.
+    static func replay<App: SyncApp>(_ app: App, _ state: JSON, _ actions: [SequencedAction]) -> JSON {
+        var typed: App.State
+        do throws(AppCodingError) {
+            typed = try app.decodeState(state)
+        } catch {
+            fail("the state rebuilt here before seq \(actions.first?.seq ?? 0) is not a state of \(App.fingerprint): \(error.message)")
+        }
+        for action in actions { apply(app, action.action, seq: action.seq, to: &typed) }
+        return app.encodeState(typed)
+    }
+
+    /// Migrates the state at an upgrade, as every hub did, and checks the digest its record names.
+    static func migrate(_ rebuilt: inout RebuiltState, _ notice: UpgradeNotice) {
+        let from = ControlCharacters.escaped(notice.from), to = ControlCharacters.escaped(notice.to)
+        guard JSONKey(notice.from) == JSONKey(rebuilt.version) else {
+            fail("the upgrade at seq \(notice.seq) moves the history from \(from), but the state rebuilt here is of \(ControlCharacters.escaped(rebuilt.version))")
+        }
+        do throws(MigrationError) {
+            rebuilt.state = try rebuilt.chain.migrate(rebuilt.state, from: notice.from, to: notice.to)
+        } catch {
+            fail("the upgrade at seq \(notice.seq) from \(from) to \(to) cannot be replayed here: \(error.message)")
+        }
+        let digest = Digest.of(rebuilt.state)
+        guard digest == notice.digest else {
+            fail("the state migrated here at seq \(notice.seq) (\(from) → \(to)) has digest \(digest), the hub's record says \(ControlCharacters.escaped(notice.digest)): this program's migration differs from the hub's")
+        }
+        rebuilt.version = notice.to
     }
 
     /// Applies a sequenced action with the app's reducer; one that does not decode or is
@@ -345,37 +584,73 @@ public enum ReplicaCommand {
     }
 
     /// `history --from A --to B --diff`: each action A…B as `watch --diff` prints it, with the
-    /// JSON Patch it made, from the state before A rebuilt here (the window must reach seq 1).
-    static func historyDiff<App: SyncApp>(_ app: App, over connection: HubConnection, options: ReplicaOptions) throws(ReplicaError) {
+    /// JSON Patch it made, from the state before A rebuilt here (the window must reach seq 1);
+    /// each upgrade as its own line with the patch its migration made.
+    static func historyDiff<App: SyncApp>(_ app: App, carried: AppVersionChain? = nil, over connection: HubConnection,
+                                          options: ReplicaOptions) throws(ReplicaError) {
         let (from, end) = try GenericClient.historyRange(over: connection, options: options)
-        var state = try rebuild(app, through: from - 1, over: connection, options: options,
-                                older: "history --diff needs the state before seq \(from), rebuilt from seq 1, and the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); use history without --diff, watch --diff while actions flow, or hubd --export DIR --at \(from - 1) on its data directory")
-        var before = app.encodeState(state)
-        try GenericClient.actions(over: connection, from: from, through: end, name: options.name) { sequenced in
-            apply(app, sequenced.action, seq: sequenced.seq, to: &state)
-            let after = app.encodeState(state)
-            defer { before = after }
-            guard options.filter.passes(sequenced) else { return }
-            Console.out(sequenced.json(patch: JSONPatch.diff(from: before, to: after)).canonicalString)
+        let older = "history --diff needs the state before seq \(from), rebuilt from seq 1, and the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); use history without --diff, watch --diff while actions flow, or hubd --export DIR --at \(from - 1) on its data directory"
+        let (items, split, status) = try itemsSplit(over: connection, from: from, through: end, options: options, older: older)
+        var rebuilt = try rebuildStart(carried ?? app.versions, items: items, through: end, status: status, over: connection,
+                                       options: options, older: older)
+        advance(&rebuilt, through: items[..<split])
+        for item in items[split...] {
+            let before = rebuilt.state
+            switch item {
+            case .action(let sequenced):
+                replay(&rebuilt, [sequenced])
+                guard options.filter.passes(sequenced) else { continue }
+                Console.out(sequenced.json(patch: JSONPatch.diff(from: before, to: rebuilt.state)).canonicalString)
+            case .upgrade(let notice):
+                migrate(&rebuilt, notice)
+                Console.out(GenericClient.upgradeJSON(notice, patch: JSONPatch.diff(from: before, to: rebuilt.state)).canonicalString)
+            }
         }
+    }
+
+    /// The items 1…`end` of the window, where those of `from`… start among them, and the hub's status.
+    private static func itemsSplit(over connection: HubConnection, from: UInt64, through end: UInt64, options: ReplicaOptions,
+                                   older: String) throws(ReplicaError) -> ([HistoryItem], Int, HubStatus) {
+        let status = try connection.status()
+        let items = try historyItems(over: connection, from: 1, through: end, options: options, older: older)
+        let split = items.firstIndex { item in
+            switch item {
+            case .action(let sequenced): sequenced.seq >= from
+            case .upgrade(let notice): notice.seq >= from
+            }
+        } ?? items.count
+        return (items, split, status)
     }
 
     /// `history --devtools FILE`: the actions A…B in Redux DevTools' own format (the lifted
     /// state its Import reads), with the state before A as the committed state and the state
-    /// after each action, rebuilt here with the app's reducer.
-    static func historyDevTools<App: SyncApp>(_ app: App, over connection: HubConnection, options: ReplicaOptions,
-                                              file: String) throws(ReplicaError) {
+    /// after each action, rebuilt here with the app's reducers; an upgrade is a step of its own,
+    /// `{"type":"@@storesync/upgrade","from":…,"to":…,"digest":…}`, with the migrated state.
+    static func historyDevTools<App: SyncApp>(_ app: App, carried: AppVersionChain? = nil, over connection: HubConnection,
+                                              options: ReplicaOptions, file: String) throws(ReplicaError) {
         let (from, end) = try GenericClient.historyRange(over: connection, options: options)
-        var state = try rebuild(app, through: from - 1, over: connection, options: options,
-                                older: "history --devtools needs the state before seq \(from), rebuilt from seq 1, and the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); use the inspector (replica-cli inspect --data-dir DIR) to export from the hub's data directory")
-        let committed = app.encodeState(state)
+        let older = "history --devtools needs the state before seq \(from), rebuilt from seq 1, and the hub's resume window no longer starts at seq 1 (it holds at least the last 10000 actions); use the inspector (replica-cli inspect --data-dir DIR) to export from the hub's data directory"
+        let (items, split, status) = try itemsSplit(over: connection, from: from, through: end, options: options, older: older)
+        var rebuilt = try rebuildStart(carried ?? app.versions, items: items, through: end, status: status, over: connection,
+                                       options: options, older: older)
+        advance(&rebuilt, through: items[..<split])
+        let committed = rebuilt.state
         var actions: [SequencedAction] = []
         var states: [JSON] = []
-        try GenericClient.actions(over: connection, from: from, through: end, name: options.name) { sequenced in
-            apply(app, sequenced.action, seq: sequenced.seq, to: &state)
-            guard options.filter.passes(sequenced) else { return }
-            actions.append(sequenced)
-            states.append(app.encodeState(state))
+        for item in items[split...] {
+            switch item {
+            case .action(let sequenced):
+                replay(&rebuilt, [sequenced])
+                guard options.filter.passes(sequenced) else { continue }
+                actions.append(sequenced)
+            case .upgrade(let notice):
+                migrate(&rebuilt, notice)
+                actions.append(SequencedAction(seq: notice.seq, origin: 0, id: .string("upgrade"),
+                                               action: ["type": "@@storesync/upgrade", "from": .string(notice.from),
+                                                        "to": .string(notice.to), "digest": .string(notice.digest)],
+                                               stamp: .none))
+            }
+            states.append(rebuilt.state)
         }
         let lifted = DevToolsExport.liftedState(committed: committed, actions: actions, states: states)
         do {
@@ -423,6 +698,8 @@ func linkLine(_ change: ConnectionChange) -> String? {
     case .resumed(let seq): "link back: resumed at seq \(seq)"
     case .rehydrated(let seq): "link back: re-hydrated at seq \(seq) (state replaced by the hub's)"
     case .diverged(let seq, let reason): "diverged from the hub at seq \(seq) (\(reason)); re-hydrating"
+    // On stderr, by the ``WaitingReporter``, with the history's version.
+    case .waiting: nil
     }
 }
 
@@ -435,6 +712,49 @@ func linkJSON(_ change: ConnectionChange, replica: Int) -> JSON? {
     case .resumed(let seq): ["type": "link", "state": "resumed", "seq": JSON(seq), "replica": JSON(replica)]
     case .rehydrated(let seq): ["type": "link", "state": "rehydrated", "seq": JSON(seq), "replica": JSON(replica)]
     case .diverged(let seq, let reason): ["type": "link", "state": "diverged", "seq": JSON(seq), "reason": .string(reason)]
+    case .waiting(let notice): ["type": "link", "state": "waiting", "fingerprint": .string(notice.fingerprint), "message": .string(notice.message)]
+    }
+}
+
+/// What `attach`, `watch`, `state` and `dispatch` say on stderr while the hub holds them until
+/// the history is upgraded to their version (or cannot hold them now, `app-ahead`, and they
+/// retry): `waiting: the hub's history runs todos@1; this replica runs todos@2 and attaches
+/// when the history is upgraded (replica-cli upgrade)`, once per wait.
+final class WaitingReporter: Sendable {
+    /// The hub's socket, asked for the version its history runs.
+    let path: String
+    /// The version this replica runs.
+    let fingerprint: String
+    private let said = Locked(false)
+
+    init(path: String, fingerprint: String) {
+        self.path = path
+        self.fingerprint = fingerprint
+    }
+
+    /// Prints the line, unless it was printed since the last ``reset()``.
+    ///
+    /// - Parameter notice: What the hub (or the library, for `app-ahead`) said.
+    func report(_ notice: WaitingNotice) {
+        guard said.withLock({ said in defer { said = true }; return !said }) else { return }
+        // A hub that holds this replica answers `status` on another connection.
+        let history = (try? HubConnection.status(at: path))?.fingerprint
+        Console.error(Self.line(history: history, running: fingerprint, program: ReplicaCommand.program))
+    }
+
+    /// The wait is over (the replica attached): the next wait is said again.
+    func reset() { said.withLock { $0 = false } }
+
+    /// The line, terminal-safe.
+    ///
+    /// - Parameters:
+    ///   - history: The version the hub's history runs, if known.
+    ///   - running: The version this replica runs.
+    ///   - program: The executable's name.
+    /// - Returns: The line.
+    static func line(history: String?, running: String, program: String) -> String {
+        let runs = history.map { "runs \(ControlCharacters.escaped($0))" } ?? "runs an older version of the app"
+        return "waiting: the hub's history \(runs); this replica runs \(ControlCharacters.escaped(running)) and attaches when the history is upgraded (\(program) upgrade)"
     }
 }
 

@@ -32,11 +32,15 @@ struct ReplicaOptions: Equatable {
     var devtools: String?
     /// `--hub-uid` (the command puts it in the environment, as every client of the process reads it).
     var hubUID: String?
+    /// `upgrade --to NAME@VERSION`: the version to move the history to (`nil`: the newest the hub carries).
+    var upgradeTo: String?
+    /// `upgrade --dry-run`: run the migration and report, changing nothing.
+    var dryRun = false
     var command: String?
     var arguments: [String] = []
 
     /// The commands whose own flags (`--count`, `--from`, …) are left in ``arguments``.
-    static let commandsWithFlags: Set<String> = ["dispatch", "top", "history", "inspect"]
+    static let commandsWithFlags: Set<String> = ["dispatch", "top", "history", "inspect", "upgrade"]
 
     /// Reads a command line: flags anywhere, the first other word as the command, the rest as
     /// its arguments (`--` ends the flags).
@@ -63,7 +67,38 @@ struct ReplicaOptions: Equatable {
             }
             if options.command == nil { options.command = argument } else { options.arguments.append(argument) }
         }
+        if options.request == .command, options.command == "upgrade" {
+            try options.readUpgradeArguments(program: program)
+        }
         return options
+    }
+
+    /// `upgrade`'s own flags, `--to NAME@VERSION` and `--dry-run`, moved from ``arguments``
+    /// to ``upgradeTo`` and ``dryRun`` (`--to` is also `history`'s, with another meaning).
+    ///
+    /// - Parameter program: The executable's name, for messages.
+    /// - Throws: ``UsageError`` for anything else, or a `--to` that is not `NAME@VERSION`.
+    private mutating func readUpgradeArguments(program: String) throws(UsageError) {
+        var rest = arguments[...]
+        arguments = []
+        while let argument = rest.popFirst() {
+            switch argument {
+            case "--to":
+                guard let value = rest.popFirst() else {
+                    throw UsageError("upgrade --to needs NAME@VERSION, e.g. --to todos@2; see \(program) --help")
+                }
+                guard let at = value.firstIndex(of: "@"), at != value.startIndex, value.index(after: at) != value.endIndex,
+                      value.utf8.count <= ClientMessage.maxNameBytes,
+                      !value.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+                    throw UsageError("upgrade --to needs NAME@VERSION, e.g. --to todos@2, got \"\(shown(value))\"")
+                }
+                upgradeTo = value
+            case "--dry-run":
+                dryRun = true
+            default:
+                throw UsageError("upgrade takes --to NAME@VERSION and --dry-run, not \"\(shown(argument))\"; see \(program) --help")
+            }
+        }
     }
 
     /// The help: the commands, the OPTIONS section made from the table, the shorthand of each app.
@@ -143,7 +178,30 @@ struct ReplicaOptions: Equatable {
                                  (* and ?), --origin only those dispatched by these replica ids or
                                  names.
           status                 Print the hub's status (hub id, app, fingerprint, seq, digest,
-                                 attached replicas). With --json print the hub's status message.
+                                 attached replicas; "upgradable" when the hub carries a newer
+                                 version of the app than its history runs). With --json print
+                                 the hub's status message.
+          upgrade [--to NAME@VERSION] [--dry-run]
+                                 Ask the hub to move its history to a newer version of its app
+                                 (NAME@VERSION; default: the newest the hub carries, its
+                                 status's "upgradable_to") and print what it did, once durable:
+                                 "upgraded todos@1 → todos@2 at seq 7, digest D (B bytes);
+                                 detached 2 replicas (todos@1: 2)", the replicas counted by the
+                                 version they ran ("generic": clients that named none). They
+                                 attach again; those of the older version are told to run the
+                                 newer one, and their actions not sequenced before the upgrade
+                                 are never applied. Replicas of the newer version waiting for
+                                 it attach. Asking for the version the history already runs
+                                 changes nothing and says so ("the history already runs todos@2
+                                 (seq 9, digest D); nothing changed"), so it is safe to repeat.
+                                 --dry-run runs the migration and changes nothing: "dry run:
+                                 todos@1 → todos@2 would migrate the state at seq 7 to digest D
+                                 (B bytes) and detach 2 replicas (todos@1: 2); nothing changed".
+                                 With --json print the hub's upgrade message instead. Only the
+                                 hub's user and root may ask. A refusal changes nothing: it
+                                 prints "\(program): upgrade refused: MESSAGE" (or "upgrade
+                                 not-permitted: MESSAGE") to stderr and exits 1. Works with any
+                                 app.
           history --from A [--to B] [--diff] [--devtools FILE] [--type GLOB] [--origin N|NAME[,…]]
                                  Print the sequenced actions A…B (B: the hub's seq by default) as
                                  NDJSON lines, as watch does, from the hub's resume window (at
@@ -156,6 +214,13 @@ struct ReplicaOptions: Equatable {
                                  own format (its Import reads it: every action, the state after
                                  each), under the same conditions as --diff.
                                  --type and --origin filter the lines as for watch.
+                                 An upgrade of the app's version within A…B is a line of its
+                                 own, whatever the filters: {"digest":…,"from":…,"seq":…,
+                                 "to":…,"type":"upgrade"} (with --diff, "patch": what the
+                                 migration changed). --diff, --devtools (an upgrade is a step
+                                 "@@storesync/upgrade" there) and state --at rebuild across
+                                 upgrades: each version's reducer, and the migrations between
+                                 them, checked against the digest each upgrade recorded.
           inspect --http [HOST:]PORT [--data-dir DIR] [--keep N]
                                  Serve a page for a browser, on loopback only (HOST 127.0.0.1,
                                  localhost or ::1; PORT 0: any free port): the actions live (seq,
@@ -184,14 +249,23 @@ struct ReplicaOptions: Equatable {
         state prints the hub's state, dispatch takes JSON actions only (the hub validates them),
         watch prints each action and ends when the hub goes (exit 1). attach needs the app built in.
 
+        APP VERSIONS: attach, watch, state and dispatch run the version --app names (default: the
+        one the hub's history runs). A newer version than the history's, which the hub carries,
+        waits, saying so on stderr ("waiting: the hub's history runs todos@1; this replica runs
+        todos@2 and attaches when the history is upgraded (\(program) upgrade)"), then attaches.
+        An older one, or one whose history is upgraded while it runs, ends with exit 1 saying
+        what to run ("\(program): the history was upgraded from todos@1 to todos@2 at seq 7;
+        this replica runs todos@1: run \(program) --app todos@2 attach"); its actions not
+        sequenced before the upgrade were never applied.
+
         OPTIONS:
         \(table(appNames: apps.map { type(of: $0).name }.joined(separator: ", ")).optionsHelp)
 
         SHORTHAND (besides actions written as JSON objects, {"type":…}):
         \(shorthand)
 
-        Exit status: 0 success; 1 no hub, refused action or lost connection (one line on stderr);
-        2 bad usage.
+        Exit status: 0 success; 1 no hub, refused action or upgrade, an outdated app version, or
+        lost connection (one line on stderr); 2 bad usage.
         """
     }
 
@@ -219,7 +293,7 @@ struct ReplicaOptions: Equatable {
                 "This replica's name in the hub's status and logs.",
             ], into: \.name),
             .switch("--json", help: [
-                "Machine-readable output for attach, state and status.",
+                "Machine-readable output for attach, state, status and upgrade.",
             ]) { options in options.json = true },
             .switch("--no-reconnect", help: [
                 "attach and watch: end (exit 1) when the link to the hub drops,",
@@ -230,9 +304,11 @@ struct ReplicaOptions: Equatable {
                 "state replaced by the hub's); watch prints every seq exactly once.",
                 "watch writes these lines to stderr; attach to stdout (with --json",
                 "as {\"type\":\"link\",\"state\":\"dropped\"|\"resumed\"|\"rehydrated\"|",
-                "\"diverged\",…}; resumed and rehydrated carry \"replica\", the id",
-                "this replica now has). dispatch always retries a dropped link (up to 10",
-                "attempts) on its session: an action is applied once, never twice.",
+                "\"diverged\"|\"waiting\",…}; resumed and rehydrated carry \"replica\",",
+                "the id this replica now has; waiting: the hub holds it until the",
+                "history is upgraded to its version, said on stderr as well). dispatch",
+                "always retries a dropped link (up to 10 attempts) on its session:",
+                "an action is applied once, never twice.",
             ]) { options in options.noReconnect = true },
             .value("--pointer", "--pointer P", help: [
                 "With state: print only the value at JSON Pointer P.",

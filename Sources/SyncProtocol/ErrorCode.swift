@@ -1,8 +1,10 @@
 /// The fixed list of error codes that travel in `reject` and `error` messages.
 ///
-/// `reject` (the connection goes on) carries ``badAction``, ``rejected``, ``unavailable`` or
-/// ``frameTooLarge`` (an action whose canonical form does not fit one frame); every other code
-/// arrives in an `error` message, after which the hub closes the connection.
+/// `reject` (the connection goes on) carries ``badAction``, ``rejected``, ``unavailable``,
+/// ``frameTooLarge`` (an action whose canonical form does not fit one frame), and for a
+/// request the connection may repeat, ``appOutdated`` (a dispatch), ``upgradeRefused`` and
+/// ``notPermitted`` (an `upgrade`); every other code arrives in an `error` message, after
+/// which the hub closes the connection.
 public enum ErrorCode: String, Sendable, CaseIterable, CustomStringConvertible {
     /// The frame's length is 0, or a message lacks a required member or has one of the wrong type.
     case badFrame = "bad-frame"
@@ -53,6 +55,19 @@ public enum ErrorCode: String, Sendable, CaseIterable, CustomStringConvertible {
     /// was down) when the hub it reconnects to serves another history, since the dispatch was
     /// decided against the old history's state. It was not sent, and not applied.
     case historyChanged = "history-changed"
+    /// The replica runs an older version of the app than the history, which was upgraded
+    /// past it (`hello`, or a dispatch not sequenced before the upgrade: never applied under
+    /// the newer reducer). Run the newer version of the app.
+    case appOutdated = "app-outdated"
+    /// The replica runs a newer version of the app than the history, and the hub cannot hold
+    /// its `hello` until an upgrade (it holds as many as it may). Retry later.
+    case appAhead = "app-ahead"
+    /// The request (an `upgrade`) is reserved to the hub's own user and root.
+    case notPermitted = "not-permitted"
+    /// (`reject`) An `upgrade` was refused and nothing changed: no path from the history's
+    /// version, the migration threw, the migrated state would not fit a welcome frame, or the
+    /// log cannot take it. The message says which.
+    case upgradeRefused = "upgrade-refused"
 
     /// The wire string, e.g. `bad-frame`.
     public var description: String { rawValue }

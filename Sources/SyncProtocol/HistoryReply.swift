@@ -19,6 +19,10 @@ public struct HistoryReply: Sendable, Equatable {
     public var id: DispatchID?
     /// The page, or the refusal.
     public var outcome: Outcome
+    /// The upgrades within the page (`"upgrades"`, absent when none): at each one's seq the
+    /// history moved to another app version, and holds no action. A client that predates
+    /// upgrades ignores the member (and sees no action at that seq).
+    public var upgrades: [UpgradeNotice] = []
 
     /// Creates a reply.
     ///
@@ -45,6 +49,7 @@ public struct HistoryReply: Sendable, Equatable {
         case .actions(let actions): members["actions"] = .array(actions.map(\.json))
         case .refused(let error): members["error"] = error.json
         }
+        if !upgrades.isEmpty { members["upgrades"] = .array(upgrades.map(Self.upgradeJSON)) }
         return .object(members)
     }
 
@@ -84,6 +89,18 @@ public struct HistoryReply: Sendable, Equatable {
             actions.append(message)
         }
         outcome = .actions(actions)
+        for item in m["upgrades"]?.arrayValue ?? [] {
+            guard let seq = item["seq"]?.uint64Value, let from = item["from"]?.stringValue, let to = item["to"]?.stringValue,
+                  let digest = item["digest"]?.stringValue else {
+                throw WireError(.badFrame, "a history reply's upgrades need \"seq\", \"from\", \"to\" and \"digest\"")
+            }
+            upgrades.append(UpgradeNotice(seq: seq, from: from, to: to, digest: digest))
+        }
+    }
+
+    /// One item of `upgrades`: `{"digest":…,"from":…,"seq":…,"to":…}`.
+    static func upgradeJSON(_ notice: UpgradeNotice) -> JSON {
+        ["seq": JSON(notice.seq), "from": .string(notice.from), "to": .string(notice.to), "digest": .string(notice.digest)]
     }
 
     /// A page's payload as the hub writes it: `{"type":"history","from":F[,"id":I],"seq":S,
@@ -97,12 +114,19 @@ public struct HistoryReply: Sendable, Equatable {
     ///   - seq: The hub's applied seq.
     ///   - to: The last seq in the page.
     ///   - actionPayloads: The `action` payloads, already separated by commas.
+    ///   - upgrades: The upgrades within the page (written as `"upgrades"` when there are any).
     /// - Returns: The payload (without a frame header).
-    public static func payload(from: UInt64, id: DispatchID?, seq: UInt64, to: UInt64, actionPayloads: [UInt8]) -> [UInt8] {
+    public static func payload(from: UInt64, id: DispatchID?, seq: UInt64, to: UInt64, actionPayloads: [UInt8],
+                               upgrades: [UpgradeNotice] = []) -> [UInt8] {
         var payload = head(from: from, id: id, seq: seq, to: to)
         payload.append(contentsOf: #","actions":["#.utf8)
         payload.append(contentsOf: actionPayloads)
-        payload.append(contentsOf: "]}".utf8)
+        payload.append(UInt8(ascii: "]"))
+        if !upgrades.isEmpty {
+            payload.append(contentsOf: #","upgrades":"#.utf8)
+            JSON.array(upgrades.map(upgradeJSON)).writeCanonical(into: &payload)
+        }
+        payload.append(UInt8(ascii: "}"))
         return payload
     }
 

@@ -93,6 +93,8 @@ public enum ClientMessage: Sendable, Equatable {
     public static let maxSessionBytes = 128
     /// The longest `name` a `hello` may carry, in UTF-8 bytes.
     public static let maxNameBytes = 256
+    /// The most ids a `hello`'s `in_doubt` may name.
+    public static let maxInDoubt = 4_096
     /// The longest string dispatch id, in UTF-8 bytes (a longer one is refused with
     /// `reject` `bad-action`).
     public static let maxIDBytes = 128
@@ -102,8 +104,14 @@ public enum ClientMessage: Sendable, Equatable {
     ///
     /// With `session` (1–128 bytes, chosen by the client and kept across its reconnects),
     /// dispatch ids are scoped to the session and the hub applies each (session, id) once.
+    ///
+    /// `inDoubt` (`"in_doubt"`, at most ``maxInDoubt`` ids) names the dispatches of the session
+    /// the client sent and has no answer for: should the hub refuse the `hello` because the
+    /// history was upgraded past the client's version (`app-outdated`), it first answers each
+    /// one, `duplicate` with its seq when it was sequenced, else `reject` `app-outdated` (never
+    /// applied), so exactly-once holds across the upgrade. Otherwise the hub ignores it.
     case hello(protocolVersion: Int, app: String, fingerprint: String?, name: String?, resume: ResumePoint? = nil,
-               session: String? = nil)
+               session: String? = nil, inDoubt: [DispatchID] = [])
     /// Propose an action: `{"type":"dispatch","id":…,"action":{…}}`.
     case dispatch(id: DispatchID, action: JSON)
     /// Ask for the hub's status: `{"type":"status"}`, with `"checked":{…}` when the client
@@ -120,6 +128,12 @@ public enum ClientMessage: Sendable, Equatable {
     /// still in the hub's resume window: `{"type":"history","from":A,"to":B,"id":…}`. Answered in
     /// order, attached or not, with a `history` reply holding at most one page of them.
     case history(from: UInt64, to: UInt64?, id: DispatchID?)
+    /// Ask the hub to move the history to a newer version of its app:
+    /// `{"type":"upgrade","id":…,"to":"todos@2","dry_run":false}` (`to` absent: the newest
+    /// version the hub carries). Only the hub's own user or root may ask (`not-permitted`).
+    /// Answered in order with an `upgrade` report (``HubMessage/upgrade(_:)``) or a `reject`
+    /// naming `id`; with `dry_run` the migration runs and nothing changes.
+    case upgrade(id: DispatchID, to: String?, dryRun: Bool)
 
     /// Reads a client message, checking every member it needs.
     ///
@@ -167,8 +181,20 @@ public enum ClientMessage: Sendable, Equatable {
                 }
                 session = text
             }
+            var inDoubt: [DispatchID] = []
+            if let raw = members["in_doubt"], !raw.isNull {
+                guard let items = raw.arrayValue, items.count <= Self.maxInDoubt else {
+                    throw WireError(.badFrame, "hello member \"in_doubt\" must be an array of at most \(Self.maxInDoubt) dispatch ids")
+                }
+                for item in items {
+                    guard let id = DispatchID(json: item) else {
+                        throw WireError(.badFrame, "hello member \"in_doubt\" holds something other than a dispatch id (a string, or an integer within ±(2^53 − 1))")
+                    }
+                    inDoubt.append(id)
+                }
+            }
             self = .hello(protocolVersion: version, app: app, fingerprint: fingerprint, name: name, resume: resume,
-                          session: session)
+                          session: session, inDoubt: inDoubt)
         case "dispatch":
             guard let rawID = members["id"], let id = DispatchID(json: rawID) else {
                 throw WireError(.badFrame, "dispatch needs a member \"id\" that is a string or an integer within ±(2^53 − 1)")
@@ -211,8 +237,25 @@ public enum ClientMessage: Sendable, Equatable {
                 id = value
             }
             self = .history(from: UInt64(from), to: to, id: id)
+        case "upgrade":
+            guard let raw = members["id"], let id = DispatchID(json: raw) else {
+                throw WireError(.badFrame, "upgrade needs a member \"id\" that is a string or an integer within ±(2^53 − 1)")
+            }
+            var to: String?
+            if let raw = members["to"], !raw.isNull {
+                guard let text = raw.stringValue, text.utf8.count <= Self.maxNameBytes else {
+                    throw WireError(.badFrame, "upgrade member \"to\" must be a fingerprint string such as \"todos@2\" (at most \(Self.maxNameBytes) bytes), or absent for the newest version the hub carries")
+                }
+                to = text
+            }
+            var dryRun = false
+            if let raw = members["dry_run"], !raw.isNull {
+                guard let flag = raw.boolValue else { throw WireError(.badFrame, "upgrade member \"dry_run\" must be a boolean") }
+                dryRun = flag
+            }
+            self = .upgrade(id: id, to: to, dryRun: dryRun)
         default:
-            throw WireError(.unknownType, "unknown message type \"\(type)\"; a client sends hello, dispatch, status, sync or history")
+            throw WireError(.unknownType, "unknown message type \"\(type)\"; a client sends hello, dispatch, status, sync, history or upgrade")
         }
     }
 
@@ -227,8 +270,9 @@ public enum ClientMessage: Sendable, Equatable {
     /// The wire form.
     public var json: JSON {
         switch self {
-        case .hello(let version, let app, let fingerprint, let name, let resume, let session):
+        case .hello(let version, let app, let fingerprint, let name, let resume, let session, let inDoubt):
             var members: [JSONKey: JSON] = ["type": "hello", "protocol": JSON(version), "app": .string(app)]
+            if !inDoubt.isEmpty { members["in_doubt"] = .array(inDoubt.map(\.json)) }
             if let fingerprint { members["fingerprint"] = .string(fingerprint) }
             if let name { members["name"] = .string(name) }
             if let resume { members["resume"] = resume.json }
@@ -246,6 +290,10 @@ public enum ClientMessage: Sendable, Equatable {
             var members: [JSONKey: JSON] = ["type": "history", "from": JSON(from)]
             if let to { members["to"] = JSON(to) }
             if let id { members["id"] = id.json }
+            return .object(members)
+        case .upgrade(let id, let to, let dryRun):
+            var members: [JSONKey: JSON] = ["type": "upgrade", "id": id.json, "dry_run": .bool(dryRun)]
+            if let to { members["to"] = .string(to) }
             return .object(members)
         }
     }
@@ -377,6 +425,9 @@ public struct Welcome: Sendable, Equatable {
     public var maxFrameBytes: Int?
     /// The id of this sequence of actions (`history`), if the hub says.
     public var history: String?
+    /// The app version (fingerprint) the state and every later action are of, if the hub
+    /// says: a client that named none in `hello` learns which shape it received.
+    public var fingerprint: String?
 
     /// Creates a welcome.
     ///
@@ -388,8 +439,10 @@ public struct Welcome: Sendable, Equatable {
     ///   - digest: The state's digest.
     ///   - maxFrameBytes: The hub's frame limit for clients.
     ///   - history: The history id.
+    ///   - fingerprint: The app version the state is of.
     public init(hub: String, replica: Int, seq: UInt64, state: JSON, digest: String, maxFrameBytes: Int? = nil,
-                history: String? = nil) {
+                history: String? = nil, fingerprint: String? = nil) {
+        self.fingerprint = fingerprint
         self.hub = hub
         self.replica = replica
         self.seq = seq
@@ -408,10 +461,12 @@ public struct Welcome: Sendable, Equatable {
     ///   - seq: The seq the replica resumes from.
     ///   - history: The history id.
     ///   - maxFrameBytes: The hub's frame limit for clients.
+    ///   - fingerprint: The app version the history runs.
     /// - Returns: The welcome.
-    public static func resumed(hub: String, replica: Int, seq: UInt64, history: String, maxFrameBytes: Int? = nil) -> Welcome {
+    public static func resumed(hub: String, replica: Int, seq: UInt64, history: String, maxFrameBytes: Int? = nil,
+                               fingerprint: String? = nil) -> Welcome {
         var welcome = Welcome(hub: hub, replica: replica, seq: seq, state: .null, digest: "", maxFrameBytes: maxFrameBytes,
-                              history: history)
+                              history: history, fingerprint: fingerprint)
         welcome.state = nil
         welcome.digest = nil
         welcome.resumed = true
@@ -452,6 +507,13 @@ public enum HubMessage: Sendable, Equatable {
     case log(available: Bool, reason: String?, seq: UInt64)
     /// The answer to `history`: a page of sequenced actions, or why there is none.
     case history(HistoryReply)
+    /// The history moved to a newer app version at `seq` (in order in the action stream); the
+    /// hub then detaches the connection.
+    case upgraded(UpgradeNotice)
+    /// The answer to an `upgrade` request.
+    case upgrade(UpgradeReport)
+    /// The `hello` is held until the history reaches the replica's app version.
+    case waiting(WaitingNotice)
     /// A message type this library does not know; a client ignores it (the extension rule).
     case unknown(type: String)
 
@@ -467,6 +529,7 @@ public enum HubMessage: Sendable, Equatable {
             if let digest = welcome.digest { members["digest"] = .string(digest) }
             if let limit = welcome.maxFrameBytes { members["max_frame_bytes"] = JSON(limit) }
             if let history = welcome.history { members["history"] = .string(history) }
+            if let fingerprint = welcome.fingerprint { members["fingerprint"] = .string(fingerprint) }
             return .object(members)
         case .action(let seq, let origin, let id, let action, let stamp):
             var members: [JSONKey: JSON] = ["type": "action", "seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": action]
@@ -510,6 +573,12 @@ public enum HubMessage: Sendable, Equatable {
             return .object(members)
         case .history(let reply):
             return reply.json
+        case .upgraded(let notice):
+            return notice.json
+        case .upgrade(let report):
+            return report.json
+        case .waiting(let notice):
+            return notice.json
         case .unknown(let type):
             return ["type": .string(type)]
         }
@@ -528,6 +597,9 @@ public enum HubMessage: Sendable, Equatable {
         case .checkpoint: "checkpoint"
         case .history: "history"
         case .log: "log"
+        case .upgraded: "upgraded"
+        case .upgrade: "upgrade"
+        case .waiting: "waiting"
         case .unknown(let type): type
         }
     }
@@ -579,14 +651,15 @@ public enum HubMessage: Sendable, Equatable {
                     throw WireError(.badFrame, "a resumed welcome needs a string \"history\"")
                 }
                 self = .welcome(.resumed(hub: try string("hub"), replica: try int("replica"), seq: try seq("seq"),
-                                         history: history, maxFrameBytes: try optionalInt("max_frame_bytes")))
+                                         history: history, maxFrameBytes: try optionalInt("max_frame_bytes"),
+                                         fingerprint: m["fingerprint"]?.stringValue))
                 return
             }
             guard let state = m["state"] else { throw WireError(.badFrame, "welcome needs a \"state\"") }
             self = .welcome(Welcome(hub: try string("hub"), replica: try int("replica"), seq: try seq("seq"),
                                     state: state, digest: try string("digest"),
                                     maxFrameBytes: try optionalInt("max_frame_bytes"),
-                                    history: m["history"]?.stringValue))
+                                    history: m["history"]?.stringValue, fingerprint: m["fingerprint"]?.stringValue))
         case "action":
             guard let action = m["action"] else { throw WireError(.badFrame, "action needs an \"action\"") }
             self = .action(seq: try seq("seq"), origin: try int("origin"), id: try id(), action: action,
@@ -634,6 +707,25 @@ public enum HubMessage: Sendable, Equatable {
             self = .log(available: available, reason: m["reason"]?.stringValue, seq: try seq("seq"))
         case "history":
             self = .history(try HistoryReply(members: m))
+        case "upgraded":
+            self = .upgraded(UpgradeNotice(seq: try seq("seq"), from: try string("from"), to: try string("to"),
+                                           digest: try string("digest")))
+        case "upgrade":
+            var detaches: [UpgradeReport.Detached] = []
+            for entry in m["detaches"]?.arrayValue ?? [] {
+                guard let replica = entry["replica"]?.intValue else {
+                    throw WireError(.badFrame, "upgrade detaches need an integer \"replica\"")
+                }
+                detaches.append(UpgradeReport.Detached(replica: replica, name: entry["name"]?.stringValue ?? "",
+                                                       fingerprint: entry["fingerprint"]?.stringValue))
+            }
+            self = .upgrade(UpgradeReport(id: try id(), dryRun: m["dry_run"]?.boolValue ?? false,
+                                          changed: m["changed"]?.boolValue ?? false, seq: try seq("seq"),
+                                          from: try string("from"), to: try string("to"), digest: try string("digest"),
+                                          stateBytes: try optionalInt("state_bytes") ?? 0, detaches: detaches))
+        case "waiting":
+            self = .waiting(WaitingNotice(reason: m["for"]?.stringValue ?? "", fingerprint: try string("fingerprint"),
+                                          seq: try seq("seq"), message: m["message"]?.stringValue ?? ""))
         default:
             self = .unknown(type: type)
         }

@@ -4,7 +4,7 @@ extension Welcome {
     /// header and the members before the state, and what closes the object after it.
     ///
     /// Members, in the hub's order: `type`, `protocol`, `hub`, `history`, `replica`, `seq`,
-    /// `resumed` (false), `digest`, `max_frame_bytes`, `state`. ``HubMessage/init(json:)`` reads
+    /// `resumed` (false), `digest`, `fingerprint` (when given), `max_frame_bytes`, `state`. ``HubMessage/init(json:)`` reads
     /// the frame's payload as ``HubMessage/welcome(_:)`` with these values (`WelcomeFrameTests`).
     ///
     /// - Parameters:
@@ -13,12 +13,13 @@ extension Welcome {
     ///   - replica: The replica id given to the connection.
     ///   - seq: The seq the state was taken at.
     ///   - digest: The state's digest.
+    ///   - fingerprint: The app version the state is of.
     ///   - maxFrameBytes: The hub's frame limit for clients.
     ///   - stateByteCount: How many bytes the state's JSON takes.
     /// - Returns: The bytes before the state (header included) and after it.
     /// - Throws: ``FrameError/tooLarge(length:limit:)`` when the payload would not fit a frame.
-    public static func frame(hub: String, history: String, replica: Int, seq: UInt64, digest: String, maxFrameBytes: Int,
-                             stateByteCount: Int) throws(FrameError) -> (prefix: [UInt8], suffix: [UInt8]) {
+    public static func frame(hub: String, history: String, replica: Int, seq: UInt64, digest: String, fingerprint: String? = nil,
+                             maxFrameBytes: Int, stateByteCount: Int) throws(FrameError) -> (prefix: [UInt8], suffix: [UInt8]) {
         var members: [UInt8] = []
         members.reserveCapacity(256)
         members.append(contentsOf: #"{"type":"welcome","protocol":"#.utf8)
@@ -34,6 +35,10 @@ extension Welcome {
         members.append(contentsOf: #","resumed":false"#.utf8)
         members.append(contentsOf: #","digest":"#.utf8)
         JSON.string(digest).writeCanonical(into: &members)
+        if let fingerprint {
+            members.append(contentsOf: #","fingerprint":"#.utf8)
+            JSON.string(fingerprint).writeCanonical(into: &members)
+        }
         members.append(contentsOf: #","max_frame_bytes":"#.utf8)
         JSON(maxFrameBytes).writeCanonical(into: &members)
         members.append(contentsOf: #","state":"#.utf8)

@@ -31,7 +31,7 @@ struct BuiltinAppsRegistryTests {
         #expect(type(of: counter).fingerprint == "counter@1")
         let todos = try #require(BuiltinApps.app(named: "todos"))
         #expect(todos is TodosApp)
-        #expect(type(of: todos).fingerprint == "todos@1")
+        #expect(type(of: todos).fingerprint == "todos@2")
         let json = try #require(BuiltinApps.app(named: "json"))
         #expect(json is JSONApp)
         #expect(type(of: json).fingerprint == "json@1")
@@ -47,7 +47,7 @@ struct BuiltinAppsRegistryTests {
     @Test("all lists the apps in order")
     func all() {
         #expect(BuiltinApps.all.map { $0.name } == ["counter", "todos", "json"])
-        #expect(BuiltinApps.all.map { $0.fingerprint } == ["counter@1", "todos@1", "json@1"])
+        #expect(BuiltinApps.all.map { $0.fingerprint } == ["counter@1", "todos@2", "json@1"])
         #expect(BuiltinApps.names == "counter, todos, json")
         for type in BuiltinApps.all {
             #expect(!type.summary.isEmpty)

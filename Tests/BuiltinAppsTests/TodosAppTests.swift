@@ -29,7 +29,7 @@ struct TodosAppTests {
 
     @Test("fingerprint and initial state")
     func initial() {
-        #expect(TodosApp.fingerprint == "todos@1")
+        #expect(TodosApp.fingerprint == "todos@2")
         #expect(app.initialState == State(todos: [], filter: .all))
         #expect(app.initialState.visible == [])
     }
@@ -254,7 +254,7 @@ struct TodosAppTests {
         (#"{"type":"toggle","id":7}"#, #"action member "id" must be a string, not number"#),
         (#"{"type":"edit","id":"t1"}"#, #"action "edit" needs a string member "title""#),
         (#"{"type":"purge"}"#,
-         #"unknown todos action "purge"; expected add, toggle, edit, remove, clearCompleted or setFilter"#),
+         #"unknown todos action "purge"; expected add, toggle, edit, remove, clearCompleted, setFilter or setDue"#),
         (#"{"id":"t1"}"#, #"an action needs a string member "type""#),
         (#"42"#, #"an action must be a JSON object, not number"#),
     ])

@@ -153,6 +153,7 @@ struct MessagesTests {
             "bad-frame", "frame-too-large", "bad-json", "unknown-type", "protocol-mismatch", "app-mismatch",
             "not-attached", "already-attached", "bad-action", "rejected", "slow-consumer", "shutting-down", "unavailable",
             "superseded", "timeout", "bad-hello", "too-many-clients", "forbidden", "history-unavailable", "history-changed",
+            "app-outdated", "app-ahead", "not-permitted", "upgrade-refused",
         ])
     }
 }

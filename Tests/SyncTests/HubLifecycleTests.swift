@@ -199,7 +199,7 @@ extension MultiProcessTests {
             #expect(try await fixture.runCLI(["--app", "counter", "dispatch", "increment"]).status == 1)
             let list = try fixture.spawn("hubd", ["--list-apps"])
             #expect(try await list.waitForExit() == 0)
-            #expect(list.lines.map { $0.split(separator: " ").first.map(String.init) } == ["counter", "todos", "json"])
+            #expect(list.lines.map { $0.split(separator: " ").first.map(String.init) } == ["counter", "todos", "todos", "json"])
         }
     }
 }

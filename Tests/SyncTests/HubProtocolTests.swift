@@ -43,7 +43,7 @@ struct HubProtocolTests {
     func hello() {
         #expect(decide(#"{"type":"hello","protocol":1,"app":"json"}"#) == .hello(HelloRequest(name: "", resume: nil, session: nil)))
         #expect(decide(#"{"type":"hello","protocol":1.0,"app":"json","fingerprint":"json@1","name":"w","session":"s1"}"#)
-                == .hello(HelloRequest(name: "w", resume: nil, session: "s1")))
+                == .hello(HelloRequest(name: "w", resume: nil, session: "s1", fingerprint: "json@1")))
         #expect(decide(#"{"type":"hello","protocol":1,"app":"json","resume":{"history":"00000000000000aa","seq":7}}"#)
                 == .hello(HelloRequest(name: "", resume: ResumePoint(history: "00000000000000aa", seq: 7), session: nil)))
         // Another history: a full welcome, as if no resume had been asked.

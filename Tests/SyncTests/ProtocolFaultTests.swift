@@ -120,7 +120,7 @@ extension MultiProcessTests {
             #expect(json["seq"] == 2)
             #expect(json["state"]?["todos"]?.arrayValue?.first?["completed"] == true)
             #expect(statusJSON["app"] == "todos")
-            #expect(statusJSON["fingerprint"] == "todos@1")
+            #expect(statusJSON["fingerprint"] == "todos@2")
             let mismatch = try await fixture.runCLI(["--app", "counter", "state"])
             #expect(mismatch.status == 1)
             #expect(mismatch.err.first?.contains("app-mismatch") == true)

@@ -25,6 +25,8 @@ let checkedTranscripts: [String: Set<String>] = [
         "walkthrough-bad-lines", "walkthrough-one-shot", "walkthrough-dispatched", "walkthrough-watch",
         "walkthrough-hub-log", "walkthrough-dropped", "walkthrough-no-hub",
         "json-hub", "json-dispatch", "json-attach", "crash-demo",
+        "upgrade-hub-old", "upgrade-left", "upgrade-left-add", "upgrade-right", "upgrade-hub-new", "upgrade-left-back", "upgrade-new",
+        "upgrade-run", "upgrade-left-told", "upgrade-new-attached", "upgrade-state",
     ],
     "docs/OPERATIONS.md": [
         "nats-no-key", "nats-fsync", "nats-waiting", "nats-old-server",
@@ -162,6 +164,56 @@ func readmeWalkthrough() async throws {
     try run.compare("json-hub", ["$ swift run hubd --app json --socket /tmp/storesync-json.sock"] + json.lines(0..<2))
     try await run.compare("json-dispatch", shell.play(run.block("json-dispatch")))
     try await run.compare("json-attach", shell.play(run.block("json-attach")))
+}
+
+/// README's "Your app's next version": todos@1 with two terminals, today's hub, a todos@2
+/// terminal waiting, the upgrade, the old terminals told, the new one attached.
+@Test("README.md's upgrade walkthrough prints what the page shows", .timeLimit(.minutes(1)))
+func readmeUpgrade() async throws {
+    let fixture = try Fixture()
+    let run = TranscriptRun(fixture: fixture, page: "README.md")
+    defer { run.shutdown() }
+    run.paths = [("/tmp/storesync-todos.sock", fixture.directory + "/todos.sock"), ("/tmp/storesync-todos", fixture.directory + "/todos")]
+    run.environment = ["XDG_STATE_HOME": fixture.directory + "/state"]
+    let socket = fixture.directory + "/todos.sock", data = fixture.directory + "/todos"
+
+    let old = try run.terminal("hubd", ["--app", "todos@1", "--data-dir", data, "--socket", socket], raiseOpenFiles: true)
+    try await old.waitForLines(3)
+    try run.compare("upgrade-hub-old", [run.output("$ swift run hubd --app todos@1 --data-dir \(data) --socket \(socket)")] + old.lines(0..<3))
+    let left = try run.terminal("replica-cli", ["--socket", socket, "attach", "--name", "left"])
+    try await left.waitForLines(1)
+    try run.compare("upgrade-left", [run.output("$ swift run replica-cli --socket \(socket) attach --name left")] + left.lines(0..<1))
+    var leftMark = try await run.play("upgrade-left-add", on: left, from: 1)
+    let right = try run.terminal("replica-cli", ["--socket", socket, "attach", "--name", "right"])
+    try await right.waitForLines(1)
+    try run.compare("upgrade-right", [run.output("$ swift run replica-cli --socket \(socket) attach --name right")] + right.lines(0..<1))
+    try await old.waitForLine { $0.contains("replica 2 (right) attached") }
+
+    // Ctrl-C, and today's hub.
+    old.interrupt()
+    _ = try await old.waitForExit()
+    let hub = try run.terminal("hubd", ["--app", "todos", "--data-dir", data, "--socket", socket], raiseOpenFiles: true)
+    try await hub.waitForLines(4)
+    try run.compare("upgrade-hub-new", [run.output("$ swift run hubd --app todos --data-dir \(data) --socket \(socket)")] + hub.lines(0..<4))
+    leftMark = try await run.expect("upgrade-left-back", on: left, from: leftMark)
+    try await right.waitForLine { $0.contains("link back") }
+
+    let new = try run.terminal("replica-cli", ["--socket", socket, "--app", "todos@2", "attach", "--name", "new"])
+    try await new.waitForLines(1)
+    try run.compare("upgrade-new", [run.output("$ swift run replica-cli --socket \(socket) --app todos@2 attach --name new")] + new.lines(0..<1))
+    try await hub.waitForLine { $0.contains("holding the hello") }
+
+    let shell = try run.shell(directory: fixture.directory)
+    try await run.compare("upgrade-run", shell.play(run.block("upgrade-run")))
+    leftMark = try await run.expect("upgrade-left-told", on: left, from: leftMark)
+    #expect(try await left.waitForExit() == 1)
+    #expect(try await right.waitForExit() == 1)
+    _ = try await run.play("upgrade-new-attached", on: new, from: 1)
+    try await run.compare("upgrade-state", shell.play(run.block("upgrade-state")))
+    try await new.type(":quit")
+    #expect(try await new.waitForExit() == 0)
+    hub.interrupt()
+    #expect(try await hub.waitForExit() == 0)
 }
 
 /// README's "Surviving crashes": the block's commands, run in one bash as the page runs them,

@@ -47,8 +47,9 @@ final class InProcessHub<App: SyncApp>: Sendable {
 struct ReplicaLibraryTests {
     @Test("status says upgradable_to when the hub serves an older version of its app than it carries, and nothing otherwise")
     func upgradableTo() async throws {
-        let older = try InProcessHub(JSONApp()) { $0.upgradableTo = "json@2" }
-        #expect(try HubConnection.status(at: older.fixture.socket).upgradableTo == "json@2")
+        let older = try InProcessHub(TodosV1App()) { $0.versions = TodosApp().versions }
+        let status = try HubConnection.status(at: older.fixture.socket)
+        #expect(status.fingerprint == "todos@1" && status.upgradableTo == "todos@2")
         try await older.stop()
         let newest = try InProcessHub(JSONApp())
         #expect(try HubConnection.status(at: newest.fixture.socket).upgradableTo == nil)

@@ -12,6 +12,20 @@ extension FileLog {
         var format: Int
         /// The seq of the last durable record (or of the snapshot when the journal has none after it).
         var lastSeq: UInt64
+        /// What `storesync.json` says.
+        var meta: Meta
+        /// Every upgrade the history went through (the file's and the journal's), oldest first.
+        var upgrades: [(seq: UInt64, upgrade: LogUpgrade)]
+        /// The app version the history runs after its last durable record.
+        var app: String
+        /// Whether `storesync.json` lags behind the journal (an upgrade committed, the file not
+        /// rewritten yet when the hub stopped): the next writer rewrites it.
+        var metaLags: Bool { JSONKey(meta.app) != JSONKey(app) || meta.upgrades.count != upgrades.count }
+    }
+
+    /// The app version a history runs right after `seq`, given its upgrades.
+    static func version(at seq: UInt64, upgrades: [(seq: UInt64, upgrade: LogUpgrade)], genesis: String) -> String {
+        upgrades.last(where: { $0.seq <= seq })?.upgrade.to ?? genesis
     }
 
     static func listSegments(_ directory: String) throws(StorageError) -> [(UInt64, String)] {
@@ -41,8 +55,27 @@ extension FileLog {
         }
     }
 
-    /// Reads the meta file (history and format), or writes it for a new directory.
-    static func meta(directory: String, fingerprint: String, create: Bool) throws(StorageError) -> (history: String, format: Int) {
+    /// What `storesync.json` says.
+    struct Meta {
+        /// The history id.
+        var history: String
+        /// The directory's format.
+        var format: Int
+        /// The app version the history runs (as of the newest upgrade the file records).
+        var app: String
+        /// The upgrades the history went through, oldest first (format 3).
+        var upgrades: [(seq: UInt64, upgrade: LogUpgrade)]
+    }
+
+    /// Reads the meta file (history, format, app and upgrades), or writes it for a new directory.
+    ///
+    /// - Parameters:
+    ///   - directory: The data directory.
+    ///   - fingerprint: The app version a new directory is created for.
+    ///   - accepts: The versions this reader can replay (`nil`: any, for a reader that applies
+    ///     nothing); the file's app must be one of them.
+    ///   - create: Whether a new directory may be created.
+    static func meta(directory: String, fingerprint: String, accepts: [String]?, create: Bool) throws(StorageError) -> Meta {
         let path = directory + "/" + metaName
         if FileSystem.exists(path) {
             let json: JSON
@@ -54,14 +87,23 @@ extension FileLog {
             guard let app = json["app"]?.stringValue, let history = json["history"]?.stringValue else {
                 throw StorageError("\(path) lacks \"app\" or \"history\"; restore the data directory from a backup", isDataProblem: true)
             }
-            guard JSONKey(app) == JSONKey(fingerprint) else {
-                throw StorageError("app-mismatch: the data directory \(directory) was written by app \(app), this hub runs \(fingerprint); start the hub with the app that wrote it, or use another --data-dir", isDataProblem: true)
+            if let accepts, !accepts.contains(where: { JSONKey($0) == JSONKey(app) }) {
+                throw StorageError("app-mismatch: the data directory \(directory) was written by app \(ControlCharacters.escaped(app)), this hub runs \(accepts.count > 1 ? "one of " + accepts.joined(separator: ", ") : fingerprint); start the hub with the app that wrote it, or use another --data-dir", isDataProblem: true)
             }
             let format = json["format"]?.intValue ?? 1
-            guard format <= JournalFormat.currentFormat else {
-                throw StorageError("\(path) says format \(format), but this hub reads formats up to \(JournalFormat.currentFormat); run the newer hub that wrote the directory", isDataProblem: true)
+            guard format <= JournalFormat.upgradedFormat else {
+                throw StorageError("\(path) says format \(format), but this hub reads formats up to \(JournalFormat.upgradedFormat); run the newer hub that wrote the directory", isDataProblem: true)
             }
-            return (history, format)
+            var upgrades: [(seq: UInt64, upgrade: LogUpgrade)] = []
+            for entry in json["upgrades"]?.arrayValue ?? [] {
+                guard let seq = entry["seq"]?.uint64Value, seq > 0, let from = entry["from"]?.stringValue,
+                      let to = entry["to"]?.stringValue, let digest = entry["digest"]?.stringValue,
+                      LogUpgrade.isFingerprint(from), LogUpgrade.isFingerprint(to), upgrades.last.map({ $0.seq < seq }) ?? true else {
+                    throw StorageError("\(path) has an unreadable \"upgrades\" entry; restore the data directory from a backup", isDataProblem: true)
+                }
+                upgrades.append((seq, LogUpgrade(from: from, to: to, digest: digest)))
+            }
+            return Meta(history: history, format: format, app: app, upgrades: upgrades)
         }
         let existing = (try? listSegments(directory).count) ?? 0
         let snapshots = (try? listSnapshots(directory).count) ?? 0
@@ -77,8 +119,8 @@ extension FileLog {
             throw StorageError("cannot use the data directory: \(error.message)")
         }
         defer { handle.close() }
-        try writeMeta(handle, fingerprint: fingerprint, history: history)
-        return (history, JournalFormat.currentFormat)
+        try writeMeta(handle, fingerprint: fingerprint, history: history, upgrades: [])
+        return Meta(history: history, format: JournalFormat.currentFormat, app: fingerprint, upgrades: [])
     }
 
     /// Reads a snapshot file.
@@ -110,30 +152,85 @@ extension FileLog {
     /// torn write, zeros) was never acknowledged and is truncated when `repair` is set; a
     /// format-1 segment (no marks) ends at its last whole record instead. Damage before a
     /// complete commit, a seq that goes backwards, or a gap, is refused with file and offset.
-    static func recover(directory: String, fingerprint: String, repair: Bool, create: Bool) throws(StorageError) -> Recovery {
-        let (history, format) = try meta(directory: directory, fingerprint: fingerprint, create: create)
-        var start = LogStart(history: history)
+    ///
+    /// Upgrade records are read as the journal holds them. A snapshot names the app version of
+    /// its state; one whose version is not the one the committed history runs at its seq (a
+    /// migrated snapshot whose upgrade record never committed) is ignored.
+    ///
+    /// - Parameters:
+    ///   - directory: The data directory.
+    ///   - fingerprint: The app version a new directory is created for.
+    ///   - accepts: The versions the reader can replay (`nil`: any); the history's versions must
+    ///     all be among them.
+    ///   - repair: Truncate a torn tail.
+    ///   - create: Whether a new directory may be created.
+    static func recover(directory: String, fingerprint: String, accepts: [String]?, repair: Bool,
+                        create: Bool) throws(StorageError) -> Recovery {
+        let meta = try meta(directory: directory, fingerprint: fingerprint, accepts: accepts, create: create)
+        var leaseWarning: String?
+        var lease = 0
         let leasePath = directory + "/" + replicaLeaseName
         if FileSystem.exists(leasePath) {
             if let json = try? JSON(parsing: FileSystem.read(leasePath)), let below = json["below"]?.intValue, below >= 0 {
-                start.replicaLease = below
+                lease = below
             } else {
-                start.warnings.append("\(leasePath) is unreadable; replica ids continue after the largest one in the journal and snapshot (a replica that never dispatched before the crash may see its id again)")
+                leaseWarning = "\(leasePath) is unreadable; replica ids continue after the largest one in the journal and snapshot (a replica that never dispatched before the crash may see its id again)"
             }
         }
+        var snapshots: [(StoredSnapshot, String)] = []
+        var damaged: [String] = []
         for (_, path) in try listSnapshots(directory) {
             switch readSnapshot(path) {
-            case .success(let snapshot):
+            case .success(let snapshot): snapshots.append((snapshot, path))
+            case .failure(let error): damaged.append("ignoring damaged snapshot \(error.message)")
+            }
+        }
+        var ignored: [String] = []
+        while true {
+            var start = LogStart(history: meta.history)
+            start.replicaLease = lease
+            if let leaseWarning { start.warnings.append(leaseWarning) }
+            for (snapshot, path) in snapshots where !ignored.contains(path) {
                 if start.snapshot == nil {
                     start.snapshot = snapshot
                     start.sources.append(path)
                 } else {
                     start.snapshotDigests.append((snapshot.seq, snapshot.digest))
                 }
-            case .failure(let error):
-                start.warnings.append("ignoring damaged snapshot \(error.message)")
             }
+            start.warnings.append(contentsOf: damaged)
+            var recovery = try scan(directory: directory, start: start, meta: meta, repair: repair && ignored.isEmpty)
+            // The versions the committed history ran: the file's record of upgrades, and the journal's.
+            var upgrades = meta.upgrades
+            for record in recovery.start.window + recovery.start.records {
+                guard let upgrade = record.upgrade, !upgrades.contains(where: { $0.seq == record.seq }) else { continue }
+                upgrades.append((record.seq, upgrade))
+            }
+            upgrades.sort { $0.seq < $1.seq }
+            let genesis = upgrades.first?.upgrade.from ?? meta.app
+            if let snapshot = recovery.start.snapshot, let app = snapshot.app,
+               JSONKey(app) != JSONKey(version(at: snapshot.seq, upgrades: upgrades, genesis: genesis)),
+               let path = recovery.start.sources.first {
+                // A migrated snapshot whose upgrade never committed (or the other way round).
+                ignored.append(path)
+                damaged.append("ignoring snapshot \(path): it holds a state of \(ControlCharacters.escaped(app)), but the committed history runs \(version(at: snapshot.seq, upgrades: upgrades, genesis: genesis)) at seq \(snapshot.seq)")
+                continue
+            }
+            if let accepts {
+                for (seq, upgrade) in upgrades where !accepts.contains(where: { JSONKey($0) == JSONKey(upgrade.to) }) {
+                    throw StorageError("app-mismatch: the history in \(directory) was upgraded to \(ControlCharacters.escaped(upgrade.to)) at seq \(seq); this hub carries \(accepts.joined(separator: ", ")). Run a hub built with \(ControlCharacters.escaped(upgrade.to))", isDataProblem: true)
+                }
+            }
+            recovery.upgrades = upgrades
+            recovery.start.fingerprint = version(at: recovery.start.snapshot?.seq ?? 0, upgrades: upgrades, genesis: genesis)
+            recovery.app = version(at: recovery.lastSeq, upgrades: upgrades, genesis: genesis)
+            return recovery
         }
+    }
+
+    /// Scans every segment after the snapshot `start` holds (see ``recover(directory:fingerprint:accepts:repair:create:)``).
+    private static func scan(directory: String, start: LogStart, meta: Meta, repair: Bool) throws(StorageError) -> Recovery {
+        var start = start
         let base = start.snapshot?.seq ?? 0
         var scan = Scan(expected: base + 1)
         let segments = try listSegments(directory)
@@ -149,7 +246,7 @@ extension FileLog {
             let before = scan.records.count
             let outcome = bytes.withUnsafeBytes { raw -> Result<Int?, StorageError> in
                 do throws(StorageError) {
-                    return .success(try scan.segment(raw, path: path, first: first, history: history, isNewest: isNewest,
+                    return .success(try scan.segment(raw, path: path, first: first, history: meta.history, isNewest: isNewest,
                                                      nextFirst: isNewest ? nil : segments[index + 1].0, directory: directory))
                 } catch {
                     return .failure(error)
@@ -180,7 +277,8 @@ extension FileLog {
         start.warnings.append(contentsOf: scan.warnings)
         start.largestOrigin = scan.largestOrigin
         let last = scan.records.last?.seq ?? base
-        return Recovery(start: start, segments: segments, format: format, lastSeq: last)
+        return Recovery(start: start, segments: segments, format: meta.format, lastSeq: last, meta: meta, upgrades: [],
+                        app: meta.app)
     }
 
     /// The state of a scan across segments.

@@ -41,6 +41,14 @@ package final class FileLog: HubLog {
     package let retainedActions: UInt64
     /// The app's fingerprint; a directory written by another app is refused.
     package let fingerprint: String
+    /// Every app version the hub can replay.
+    package let accepts: [String]
+    /// The app version the history runs now (changed by a committed upgrade record).
+    private var currentApp: String
+    /// Every upgrade the history went through, for `storesync.json`.
+    private var upgrades: [(seq: UInt64, upgrade: LogUpgrade)] = []
+    /// Upgrade records in the group being written.
+    private var pendingUpgrades: [(seq: UInt64, upgrade: LogUpgrade)] = []
 
     private var handle: DirectoryHandle?
     private var lockFD: Int32 = -1
@@ -84,10 +92,13 @@ package final class FileLog: HubLog {
     ///   - mode: The fsync mode.
     ///   - segmentBytes: Segment size before a new one starts.
     ///   - retainedActions: Records kept behind the newest snapshot.
-    package init(directory: String, fingerprint: String, mode: FsyncMode, segmentBytes: Int = 64 << 20,
+    ///   - accepts: Every app version the hub can replay (its chain); `nil`: `fingerprint` alone.
+    package init(directory: String, fingerprint: String, accepts: [String]? = nil, mode: FsyncMode, segmentBytes: Int = 64 << 20,
                  retainedActions: UInt64 = 10_000) {
         self.directory = directory
         self.fingerprint = fingerprint
+        self.accepts = accepts ?? [fingerprint]
+        self.currentApp = fingerprint
         self.mode = mode
         self.segmentBytes = segmentBytes
         self.retainedActions = retainedActions
@@ -127,13 +138,18 @@ package final class FileLog: HubLog {
             }
             self.handle = handle
             self.lockFD = lockFD
-            let recovery = try Self.recover(directory: directory, fingerprint: fingerprint, repair: true, create: true)
+            let recovery = try Self.recover(directory: directory, fingerprint: fingerprint, accepts: accepts, repair: true,
+                                            create: true)
             history = recovery.start.history
             segments = recovery.segments.map { (first: $0.0, name: $0.1) }
             lastSeq = recovery.lastSeq
             snapshotSeq = recovery.start.snapshot?.seq ?? 0
-            if recovery.format < JournalFormat.currentFormat {
-                try Self.writeMeta(handle, fingerprint: fingerprint, history: history)
+            currentApp = recovery.app
+            upgrades = recovery.upgrades
+            if recovery.format < JournalFormat.currentFormat || recovery.metaLags {
+                // An upgrade record committed before the file was rewritten: finishing that
+                // write completes the upgrade.
+                try Self.writeMeta(handle, fingerprint: currentApp, history: history, upgrades: upgrades)
             }
             handle.remove(Self.spareName)
             openSpare()
@@ -155,9 +171,15 @@ package final class FileLog: HubLog {
         return String(repeating: "0", count: max(0, 20 - digits.count)) + digits
     }
 
-    /// Writes `storesync.json` with the current format.
-    static func writeMeta(_ handle: DirectoryHandle, fingerprint: String, history: String) throws(StorageError) {
-        let meta: JSON = ["app": .string(fingerprint), "format": JSON(JournalFormat.currentFormat), "history": .string(history)]
+    /// Writes `storesync.json`: format 2, or format 3 once the history holds an upgrade (readers
+    /// that predate upgrades refuse it).
+    static func writeMeta(_ handle: DirectoryHandle, fingerprint: String, history: String,
+                          upgrades: [(seq: UInt64, upgrade: LogUpgrade)]) throws(StorageError) {
+        var meta: JSON = ["app": .string(fingerprint), "format": JSON(JournalFormat.currentFormat), "history": .string(history)]
+        if !upgrades.isEmpty {
+            meta = ["app": .string(fingerprint), "format": JSON(JournalFormat.upgradedFormat), "history": .string(history),
+                    "upgrades": .array(upgrades.map { $0.upgrade.json(seq: $0.seq) })]
+        }
         do throws(SystemError) {
             try handle.writeAtomically(metaName, meta.canonicalBytes)
         } catch {
@@ -178,6 +200,7 @@ package final class FileLog: HubLog {
         }
         for record in records {
             JournalFormat.appendRecord(record, to: &pending)
+            if let upgrade = record.upgrade { pendingUpgrades.append((record.seq, upgrade)) }
             if pendingCount == 0 { pendingFirst = record.seq }
             pendingLast = record.seq
             // `always`: each record is its own group commit, fsynced before the next.
@@ -206,10 +229,12 @@ package final class FileLog: HubLog {
     private func writeGroup() {
         guard pendingCount > 0 else { return }
         let first = pendingFirst, last = pendingLast
+        let groupUpgrades = pendingUpgrades
         defer {
             pending.removeAll(keepingCapacity: pending.capacity <= 1 << 20)
             pendingFirst = 0
             pendingLast = 0
+            pendingUpgrades.removeAll()
         }
         JournalFormat.appendCommit(seq: last, groupStart: 0, to: &pending)
         do throws(SystemError) {
@@ -218,7 +243,8 @@ package final class FileLog: HubLog {
                 throw SystemError("cannot write \(appendName): \(SystemError.describe(errno: code))", errno: code)
             }
             try FileSystem.writeAll(appendFD, pending, path: pathOf(appendName))
-            if mode != .never {
+            // An upgrade is durable before `storesync.json` names the new version, whatever the mode.
+            if mode != .never || !groupUpgrades.isEmpty {
                 let start = ContinuousClock.now
                 try FileSystem.sync(appendFD, path: pathOf(appendName))
                 let elapsed = (ContinuousClock.now - start).components
@@ -230,6 +256,13 @@ package final class FileLog: HubLog {
         }
         appendSize += pending.count
         lastSeq = last
+        if let newest = groupUpgrades.last {
+            upgrades.append(contentsOf: groupUpgrades)
+            currentApp = newest.upgrade.to
+            // The record is durable: the upgrade happened. Should this write fail, the next
+            // start finds the record and rewrites the file (`metaLags`).
+            if let handle { try? Self.writeMeta(handle, fingerprint: currentApp, history: history, upgrades: upgrades) }
+        }
         events.append(.accepted(through: last))
         commits += 1
         if appendSize >= segmentBytes { closeSegment() }

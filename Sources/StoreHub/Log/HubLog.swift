@@ -199,6 +199,9 @@ package struct LogStart {
     package var replicaLease: Int = 0
     /// On a shared log: where the last record read at start ends in the stream.
     package var position: LogPosition?
+    /// The app version the replay starts under (the snapshot's, or the history's first when
+    /// there is no snapshot); `nil` when the log does not say (the hub's own version).
+    package var fingerprint: String?
 
     package init(history: String) { self.history = history }
 }
@@ -219,9 +222,13 @@ package struct StoredSnapshot: Sendable, Equatable {
     /// On a shared log: where reading goes on after `seq` (``LogPosition``). A snapshot of a
     /// shared log without it is not started from.
     package var position: LogPosition? = nil
+    /// The app version the state is of (`nil` in snapshots written before upgrades existed:
+    /// the version the history ran at `seq`).
+    package var app: String? = nil
 
     package init(seq: UInt64, digest: String, state: JSON, nextReplica: Int, sessions: JSON? = nil,
-                 position: LogPosition? = nil) {
+                 position: LogPosition? = nil, app: String? = nil) {
+        self.app = app
         self.seq = seq
         self.digest = digest
         self.state = state
@@ -235,6 +242,7 @@ package struct StoredSnapshot: Sendable, Equatable {
         var members: [JSONKey: JSON] = ["seq": JSON(seq), "digest": .string(digest), "state": state,
                                         "next_replica": JSON(nextReplica), "sessions": sessions ?? [:]]
         if let position, position.seq == seq { members["log_position"] = position.json }
+        if let app { members["app"] = .string(app) }
         return .object(members)
     }
 
@@ -253,7 +261,8 @@ package struct StoredSnapshot: Sendable, Equatable {
         }
         return .success(StoredSnapshot(seq: UInt64(seq), digest: digest, state: state, nextReplica: next,
                                        sessions: json["sessions"],
-                                       position: LogPosition(json: json["log_position"]).flatMap { $0.seq == UInt64(seq) ? $0 : nil }))
+                                       position: LogPosition(json: json["log_position"]).flatMap { $0.seq == UInt64(seq) ? $0 : nil },
+                                       app: json["app"]?.stringValue))
     }
 }
 

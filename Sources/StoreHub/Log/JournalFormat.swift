@@ -9,6 +9,10 @@ import SyncCore
 /// - `SSJH`, the segment header (format 2 on), first in every segment:
 ///   `{"first":SEQ,"format":2,"history":ID}`;
 /// - `SSJR`, a record: ``LogRecord``'s body;
+/// - `SSJU`, an upgrade record (a `storesync.json` of format 3 on): ``LogRecord``'s body for
+///   an upgrade. A reader that predates upgrades finds no magic it knows there, with complete
+///   commits after it: it refuses the directory as corrupt (and `--repair` cuts nothing), so
+///   it never skips the record nor applies what follows under the old reducer;
 /// - `SSJC`, a commit mark (format 2 on), closing each group commit. Its 16-byte body is
 ///   binary, big-endian: N (8 bytes), the seq of the group's last record; L (4 bytes), the
 ///   group's length (its records are the L bytes right before the mark); C (4 bytes), their
@@ -21,6 +25,10 @@ enum JournalFormat {
     static let recordMagic: [UInt8] = Array("SSJR".utf8)
     static let commitMagic: [UInt8] = Array("SSJC".utf8)
     static let headerMagic: [UInt8] = Array("SSJH".utf8)
+    static let upgradeMagic: [UInt8] = Array("SSJU".utf8)
+    /// The `storesync.json` format of a directory whose history was upgraded (its journal may
+    /// hold `SSJU` items): readers of format 2 refuse it.
+    static let upgradedFormat = 3
     /// Magic, length and checksum.
     static let itemHeaderSize = 12
     /// The segment format written by this version.
@@ -63,7 +71,7 @@ enum JournalFormat {
 
     /// Appends a record item.
     static func appendRecord(_ record: LogRecord, to buffer: inout [UInt8]) {
-        appendItem(magic: recordMagic, body: record.body, to: &buffer)
+        appendItem(magic: record.upgrade == nil ? recordMagic : upgradeMagic, body: record.body, to: &buffer)
     }
 
     /// The length of a commit mark's body.
@@ -146,6 +154,8 @@ enum JournalFormat {
             kind = 1
         } else if magic(bytes, at: offset, is: headerMagic) {
             kind = 2
+        } else if magic(bytes, at: offset, is: upgradeMagic) {
+            kind = 3
         } else {
             return .failure(.badMagic)
         }
@@ -171,7 +181,14 @@ enum JournalFormat {
         }
         switch kind {
         case 0:
-            guard let record = LogRecord(json: json) else { return .failure(.badBody("missing seq, origin, id or action")) }
+            guard let record = LogRecord(json: json), record.upgrade == nil else {
+                return .failure(.badBody("missing seq, origin, id or action"))
+            }
+            return .success((.record(record), next))
+        case 3:
+            guard let record = LogRecord(json: json), record.upgrade != nil else {
+                return .failure(.badBody("an upgrade record without seq, origin, id, from, to or digest"))
+            }
             return .success((.record(record), next))
         default:
             guard let first = json["first"]?.intValue, first > 0, let format = json["format"]?.intValue,

@@ -7,6 +7,11 @@ import SyncCore
 /// named one, `"checkpoint"` (the state's digest right after the action) when a checkpoint
 /// followed it, and the stamp's `"time"` and `"origin_name"` when it has them; members sorted
 /// as RFC 8785 sorts them. A record written before stamps existed has none.
+///
+/// An upgrade record (``upgrade`` set) takes a seq as an action does and holds no action: its
+/// body is `{"digest":…,"from":…,"id":…,"origin":…,"seq":…,"to":…,"upgrade":true}` (with the
+/// stamp's members), which has no `"action"` so that no reader of action records takes it
+/// for one, and a journal frames it with its own magic (``JournalFormat``).
 package struct LogRecord: Sendable, Equatable {
     /// The sequence number.
     package var seq: UInt64
@@ -24,6 +29,22 @@ package struct LogRecord: Sendable, Equatable {
     package var checkpoint: String?
     /// When it was sequenced and its origin's name (chosen once, by the proposing hub).
     package var stamp: ActionStamp
+    /// For an upgrade record: the versions and the migrated state's digest (``wire`` is then
+    /// `null` and never applied).
+    package var upgrade: LogUpgrade?
+
+    /// Creates an upgrade record.
+    ///
+    /// - Parameters:
+    ///   - seq: Its seq.
+    ///   - origin: Who asked (0: the hub itself, or a client that is not attached).
+    ///   - id: The request's id.
+    ///   - upgrade: The versions and the migrated digest.
+    ///   - stamp: When it was sequenced, and the asker's name.
+    package init(seq: UInt64, origin: Int, id: DispatchID, upgrade: LogUpgrade, stamp: ActionStamp = .none) {
+        self.init(seq: seq, origin: origin, id: id, wire: WireAction(.null), stamp: stamp)
+        self.upgrade = upgrade
+    }
 
     package init(seq: UInt64, origin: Int, id: DispatchID, session: String? = nil, action: JSON,
                  checkpoint: String? = nil, stamp: ActionStamp = .none) {
@@ -45,6 +66,10 @@ package struct LogRecord: Sendable, Equatable {
     ///
     /// - Parameter buffer: Where the bytes go.
     package func writeBody(into buffer: inout [UInt8]) {
+        if upgrade != nil {
+            json.writeCanonical(into: &buffer)
+            return
+        }
         buffer.append(contentsOf: #"{"action":"#.utf8)
         wire.writeCanonical(into: &buffer)
         if let checkpoint {
@@ -81,6 +106,13 @@ package struct LogRecord: Sendable, Equatable {
 
     /// The body as a `JSON` value.
     package var json: JSON {
+        if let upgrade {
+            var members: [JSONKey: JSON] = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "upgrade": true,
+                                            "from": .string(upgrade.from), "to": .string(upgrade.to),
+                                            "digest": .string(upgrade.digest)]
+            stamp.write(into: &members)
+            return .object(members)
+        }
         var members: [JSONKey: JSON] = ["seq": JSON(seq), "origin": JSON(origin), "id": id.json, "action": wire.json]
         if let session { members["session"] = .string(session) }
         if let checkpoint { members["checkpoint"] = .string(checkpoint) }
@@ -148,11 +180,50 @@ package struct LogRecord: Sendable, Equatable {
     /// - Parameter json: The body.
     /// - Returns: The record, or `nil` when a member is missing or of the wrong type.
     package init?(json: JSON) {
+        if json["upgrade"]?.boolValue == true, json["action"] == nil {
+            guard let seq = json["seq"]?.intValue, seq > 0, let origin = json["origin"]?.intValue, let rawID = json["id"],
+                  let id = DispatchID(json: rawID), let from = json["from"]?.stringValue, let to = json["to"]?.stringValue,
+                  let digest = json["digest"]?.stringValue, LogUpgrade.isFingerprint(from), LogUpgrade.isFingerprint(to),
+                  digest.utf8.count <= 128 else {
+                return nil
+            }
+            self.init(seq: UInt64(seq), origin: origin, id: id, upgrade: LogUpgrade(from: from, to: to, digest: digest),
+                      stamp: json.objectValue.map(ActionStamp.read(from:)) ?? .none)
+            return
+        }
         guard let seq = json["seq"]?.intValue, seq > 0, let origin = json["origin"]?.intValue,
               let rawID = json["id"], let id = DispatchID(json: rawID), let action = json["action"] else {
             return nil
         }
         self.init(seq: UInt64(seq), origin: origin, id: id, session: json["session"]?.stringValue, action: action,
                   checkpoint: json["checkpoint"]?.stringValue, stamp: json.objectValue.map(ActionStamp.read(from:)) ?? .none)
+    }
+}
+
+/// What an upgrade record holds: the history moves from one version of its app to the next,
+/// and the state migrated at that seq has this digest.
+package struct LogUpgrade: Sendable, Equatable {
+    /// The fingerprint before.
+    package var from: String
+    /// The fingerprint after.
+    package var to: String
+    /// The digest of the migrated state.
+    package var digest: String
+
+    package init(from: String, to: String, digest: String) {
+        self.from = from
+        self.to = to
+        self.digest = digest
+    }
+
+    /// Whether a text read from storage is a plausible fingerprint (`NAME@VERSION`, at most
+    /// 256 bytes, no control characters): what a record written by another process may name.
+    package static func isFingerprint(_ text: String) -> Bool {
+        text.utf8.count <= 256 && text.contains("@") && !text.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
+    }
+
+    /// The `storesync.json` entry: `{"digest":…,"from":…,"seq":…,"to":…}`.
+    package func json(seq: UInt64) -> JSON {
+        ["seq": JSON(seq), "from": .string(from), "to": .string(to), "digest": .string(digest)]
     }
 }

@@ -10,6 +10,11 @@ struct Attachment: Equatable {
     let name: String
     /// The session from `hello`.
     let session: String?
+    /// The fingerprint its `hello` named (`nil`: none, a generic client).
+    var fingerprint: String? = nil
+    /// How many upgrades the history had gone through when it attached: a dispatch from a
+    /// connection attached under an earlier version is refused `app-outdated`.
+    var version = 0
 }
 
 /// Where one client connection stands in the protocol. This enum alone says what the
@@ -23,6 +28,10 @@ enum ConnectionPhase: Equatable {
     /// Attached with a resume point past this hub's applied seq (a shared log): its welcome,
     /// and its later frames, wait until the hub catches up, or fail at `deadline`.
     case awaitingCatchUp(Attachment, resume: ResumePoint, deadline: ContinuousClock.Instant)
+    /// Said `hello` as a replica of a newer version than the history's, which the hub
+    /// carries: held (told `waiting`) until the history is upgraded to it, then attached. Its
+    /// later frames wait.
+    case awaitingUpgrade(HelloRequest)
     /// Its input is over (it ended it, or sent a frame the hub refuses): nothing more is read
     /// or handled, and it is torn down once every request it made before is answered.
     case ending(Attachment?)
@@ -33,7 +42,7 @@ enum ConnectionPhase: Equatable {
     /// Who it attached as, in any phase after `hello`.
     var attachment: Attachment? {
         switch self {
-        case .greeting: nil
+        case .greeting, .awaitingUpgrade: nil
         case .attached(let attachment), .awaitingCatchUp(let attachment, _, _): attachment
         case .ending(let attachment), .closing(let attachment, _): attachment
         }
@@ -49,7 +58,7 @@ enum ConnectionPhase: Equatable {
     var inputOver: Bool {
         switch self {
         case .ending, .closing: true
-        case .greeting, .attached, .awaitingCatchUp: false
+        case .greeting, .attached, .awaitingCatchUp, .awaitingUpgrade: false
         }
     }
 
@@ -91,16 +100,20 @@ final class Connection {
             attachedReplica = phase.isClosing ? nil : phase.attachment?.replica
             switch phase {
             case .greeting, .attached: takesFrames = true
-            case .awaitingCatchUp, .ending, .closing: takesFrames = false
+            case .awaitingCatchUp, .awaitingUpgrade, .ending, .closing: takesFrames = false
             }
-            if case .awaitingCatchUp = phase { isAwaitingCatchUp = true } else { isAwaitingCatchUp = false }
+            switch phase {
+            case .awaitingCatchUp, .awaitingUpgrade: isAwaitingCatchUp = true
+            default: isAwaitingCatchUp = false
+            }
         }
     }
     /// Whether its frames are handled now (greeting or attached), derived when the phase is
     /// set (read per frame).
     // Unchecked: read for every frame; set only by `phase`'s `didSet`.
     @exclusivity(unchecked) private(set) var takesFrames = true
-    /// Whether its welcome waits for the hub to catch up (derived as ``takesFrames`` is).
+    /// Whether its welcome waits, for the hub to catch up or for an upgrade (derived as
+    /// ``takesFrames`` is): it is still read, to notice its end.
     private(set) var isAwaitingCatchUp = false
     /// `phase.isClosing`, derived when the phase is set: the per-frame and per-pass paths
     /// read it without copying the phase (an enum holding strings).

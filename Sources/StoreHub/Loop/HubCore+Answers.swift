@@ -24,7 +24,9 @@ extension HubCore {
         case .history(let from, let to, let id):
             // Only applied actions are kept: it can be answered now, from them.
             return .history(from: from, to: to, id: id)
-        case .refused, .sync, .end:
+        case .upgrade(let id, _, _):
+            return .reject(id, WireError(.unavailable, "the log is unavailable (\(reason)); nothing changed — ask again once it is back"))
+        case .refused, .sync, .end, .inDoubt:
             return nil
         }
     }
@@ -43,6 +45,9 @@ extension HubCore {
         case .dispatch(let id, let action):
             guard let origin = connection.attachedReplica else {
                 return (.reject(id, WireError(.notAttached, "the connection is no longer attached")), proposed, false)
+            }
+            if version > 0, let attachment = connection.phase.attachment, attachment.version != version {
+                return (.reject(id, WireError(.appOutdated, "the history was upgraded to \(facts.fingerprint) after this replica attached; this dispatch was not applied — run \(facts.fingerprint)")), proposed, false)
             }
             switch sequencer.dispatch(action, id: id, origin: origin, originName: connection.phase.attachment?.name ?? "",
                                       session: connection.session, now: now) {
@@ -67,6 +72,27 @@ extension HubCore {
             }
             if outage { return (.full(replica: replica, state: sequencer.appliedState()), applied, true) }
             return (.full(replica: replica, state: sequencer.speculativeState()), proposed, false)
+        case .upgrade(let id, let to, let dryRun):
+            guard connection.peer.uid == hubUID || connection.peer.uid == 0 else {
+                return (.reject(id, WireError(.notPermitted, "only the hub's own user (uid \(hubUID)) or root may upgrade its history; this is uid \(connection.peer.uid). Ask its operator")), proposed, false)
+            }
+            let detaches = streaming.compactMap { peer -> UpgradeReport.Detached? in
+                guard !peer.isClosing, let attachment = peer.phase.attachment else { return nil }
+                return UpgradeReport.Detached(replica: attachment.replica, name: attachment.name, fingerprint: attachment.fingerprint)
+            }
+            let attachment = connection.phase.attachment
+            switch sequencer.upgrade(to: to, dryRun: dryRun, id: id, origin: attachment?.replica ?? 0,
+                                     originName: attachment?.name ?? "", detaches: detaches) {
+            case .refused(let error):
+                return (.reject(id, error), error.code == .unavailable ? applied : proposed, error.code == .unavailable && outage)
+            case .report(let report, let wasProposed):
+                return (.upgrade(report), wasProposed ? report.seq : proposed, false)
+            }
+        case .inDoubt(let id, let error):
+            if let seq = sequencer.sequencedSeq(of: id, session: connection.session, now: now) {
+                return (.duplicate(id, seq), max(seq, proposed), false)
+            }
+            return (.reject(id, WireError(.appOutdated, "this dispatch was not sequenced before the upgrade, so it was never applied: \(error.message)")), proposed, false)
         case .end(let error):
             return (.end(error), proposed, false)
         }
@@ -91,6 +117,8 @@ extension HubCore {
             connection.output.queue(historyReply(from: from, to: to, id: id, upTo: min(seq, backlog.lastSeq)), after: gate)
         case .status(let state):
             send(.status(statusMessage(state)), to: connection, after: gate)
+        case .upgrade(let report):
+            send(.upgrade(report), to: connection, after: gate)
         case .resumed(let replica, let seq):
             startStream(connection, replica: replica, resumedAt: seq, state: nil)
         case .full(let replica, let state):
@@ -112,13 +140,14 @@ extension HubCore {
         }
         if let resumedAt {
             let welcome = Welcome.resumed(hub: hubID, replica: replica, seq: resumedAt, history: sequencer.history,
-                                          maxFrameBytes: configuration.maxFrameBytes)
+                                          maxFrameBytes: configuration.maxFrameBytes, fingerprint: facts.fingerprint)
             // The welcome, then the missed frames straight from the backlog, then whatever follows.
             send(.welcome(welcome), to: connection, after: position)
         } else if let state {
             do throws(FrameError) {
                 let (prefix, suffix) = try Welcome.frame(hub: hubID, history: sequencer.history, replica: replica, seq: state.seq,
-                                                         digest: state.digest, maxFrameBytes: configuration.maxFrameBytes,
+                                                         digest: state.digest, fingerprint: facts.fingerprint,
+                                                         maxFrameBytes: configuration.maxFrameBytes,
                                                          stateByteCount: state.bytes.count)
                 connection.output.queue(prefix, after: position)
                 connection.output.queue(shared: state.bytes, after: position, counted: false)
@@ -161,7 +190,8 @@ extension HubCore {
                                hub: hubID, seq: state.seq, digest: state.digest, replicas: replicas,
                                maxFrameBytes: configuration.maxFrameBytes, history: sequencer.history,
                                storage: .object(members))
-        status.upgradableTo = configuration.upgradableTo
+        let newest = sequencer.versions.newest
+        if JSONKey(newest) != JSONKey(facts.fingerprint) { status.upgradableTo = newest }
         if case .object(var shared)? = storage.shared {
             shared["applied_seq"] = JSON(sequencer.appliedSeq)
             status.log = .object(shared)
@@ -194,6 +224,7 @@ extension HubCore {
         let end = pageEnd >= backlog.lastSeq ? backlog.end : (backlog.position(after: pageEnd) ?? backlog.end)
         let frames = backlog.copy(from: start, to: end)
         var actions: [UInt8] = []
+        var upgrades: [UpgradeNotice] = []
         var last = from - 1
         var count = 0
         var offset = 0
@@ -206,13 +237,21 @@ extension HubCore {
             let length = frames.withUnsafeBufferPointer { Frame.announcedLength(in: $0, at: offset) }
             let payload = frames[(offset + Frame.headerSize)..<min(frames.count, offset + Frame.headerSize + length)]
             offset += Frame.headerSize + length
-            guard let seq = payload.withUnsafeBytes({ HubMessage.actionSeq($0) }) else { continue }
+            guard let seq = payload.withUnsafeBytes({ HubMessage.actionSeq($0) }) else {
+                // Not an action: a checkpoint, or an upgrade (rare: parsed), which takes its seq.
+                if let json = try? JSON(parsing: Array(payload)), json["type"] == "upgraded",
+                   case .upgraded(let notice)? = try? HubMessage(json: json) {
+                    upgrades.append(notice)
+                    last = notice.seq
+                }
+                continue
+            }
             if count > 0 { actions.append(UInt8(ascii: ",")) }
             actions += payload
             last = seq
             count += 1
         }
-        return Self.framed(HistoryReply.payload(from: from, id: id, seq: seq, to: last, actionPayloads: actions))
+        return Self.framed(HistoryReply.payload(from: from, id: id, seq: seq, to: last, actionPayloads: actions, upgrades: upgrades))
     }
 
     /// A `history` payload with its length header.

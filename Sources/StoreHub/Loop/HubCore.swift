@@ -18,7 +18,15 @@ struct HubCore {
     let configuration: HubConfiguration
     let hubID: String
     let sequencer: Sequencer
-    let facts: HubFacts
+    /// The app version the history runs and every version the hub carries (changed by an upgrade).
+    private(set) var facts: HubFacts
+    /// How many upgrades the history went through since the hub started (an attachment made
+    /// under an earlier count is outdated).
+    private(set) var version = 0
+    /// The hub's effective user id: it and root may ask for an upgrade.
+    let hubUID: UInt32
+    /// The most `hello`s held for an upgrade at once; more are refused `app-ahead` (tests lower it).
+    var maxHeldHellos = 256
     private var policy: AccessPolicy
     /// The connection limit in force.
     let maxClients: Int
@@ -77,7 +85,8 @@ struct HubCore {
         self.configuration = configuration
         self.hubID = hubID
         self.facts = HubFacts(appName: sequencer.engine.appName, fingerprint: sequencer.engine.fingerprint,
-                              history: sequencer.history)
+                              history: sequencer.history, versions: sequencer.versions.fingerprints)
+        self.hubUID = hubUID
         self.policy = AccessPolicy(hubUID: hubUID, allowedUIDs: configuration.allowedUIDs, group: configuration.socketGroup)
         self.admittedDescription = policy.description
         self.maxClients = configuration.effectiveMaxClients
@@ -194,8 +203,8 @@ struct HubCore {
             switch connection.phase {
             case .closing:
                 timers = true
-            case .ending:
-                // Waiting for its last answers: nothing more is read from it.
+            case .ending, .awaitingUpgrade:
+                // Waiting for its last answers, or for an upgrade: nothing more is handled from it.
                 checkReadDeadline(connection, timers: &timers)
             case .greeting, .attached, .awaitingCatchUp:
                 // Frames held while the welcome waits are not waiting to be handled now.
@@ -291,6 +300,11 @@ struct HubCore {
             // buffered are still handled; then it gets what is queued for it, and a close.
             connection.input.ended = true
             connection.input.moreFrames = true
+            if case .awaitingUpgrade = connection.phase {
+                // Held for an upgrade and gone: nothing to wait for any more.
+                tearDown(connection, .finished)
+                return
+            }
         case .failed:
             tearDown(connection, .lost("disconnected"))
             return
@@ -368,6 +382,12 @@ struct HubCore {
         switch decision {
         case .fail(let error):
             stopReading(connection, then: error)
+        case .outdated(let session, let inDoubt, let error):
+            // Exactly-once across an upgrade: each dispatch it sent and has no answer for is
+            // told its fate before the refusal (the session's table says which were sequenced).
+            connection.session = sequencer.session(named: session, now: now)
+            for id in inDoubt { submit(connection, .inDoubt(id: id, error)) }
+            stopReading(connection, then: error)
         case .status(let checked):
             // A report counts only from an attached replica: it is shown in its entry.
             if let checked, connection.attachedReplica != nil { connection.reportedCheck = checked }
@@ -380,8 +400,14 @@ struct HubCore {
             submit(connection, .dispatch(id: id, action: action))
         case .reject(let id, let error):
             submit(connection, .refused(id: id, error))
+        case .upgrade(let id, let to, let dryRun):
+            submit(connection, .upgrade(id: id, to: to, dryRun: dryRun))
         case .hello(let hello):
-            attach(connection, hello)
+            if hello.waitsForUpgrade {
+                hold(connection, hello)
+            } else {
+                attach(connection, hello)
+            }
         }
     }
 
@@ -413,7 +439,8 @@ struct HubCore {
             }
             sessionOwners[sessionKey] = connection
         }
-        let attachment = Attachment(replica: replica, name: hello.name, session: hello.session)
+        let attachment = Attachment(replica: replica, name: hello.name, session: hello.session, fingerprint: hello.fingerprint,
+                                    version: version)
         connection.session = hello.session.map { sequencer.session(named: $0, now: now) }
         if let resume = hello.resume, sequencer.log.isShared, resume.seq > sequencer.appliedSeq {
             // A replica that saw more of the shared log than this hub has applied: it waits
@@ -423,6 +450,50 @@ struct HubCore {
         }
         connection.phase = .attached(attachment)
         submit(connection, .welcome(replica: replica, resume: hello.resume))
+    }
+
+    /// Holds the `hello` of a replica of a newer version than the history's (one the hub
+    /// carries): it is told `waiting`, keeps its connection, and is attached at the upgrade.
+    private mutating func hold(_ connection: Connection, _ hello: HelloRequest) {
+        let held = connections.values.reduce(0) { count, other in
+            if case .awaitingUpgrade = other.phase { return count + 1 }
+            return count
+        }
+        let wanted = hello.fingerprint ?? ""
+        guard held < maxHeldHellos else {
+            stopReading(connection, then: WireError(.appAhead, "the history runs \(facts.fingerprint), older than this replica's \(ControlCharacters.escaped(wanted)), and this hub already holds \(held) replicas waiting for an upgrade; retry later, or upgrade the history (replica-cli upgrade)"))
+            return
+        }
+        connection.phase = .awaitingUpgrade(hello)
+        let notice = WaitingNotice(reason: "upgrade", fingerprint: wanted, seq: sequencer.appliedSeq,
+                                   message: "the history runs \(facts.fingerprint); this replica runs \(ControlCharacters.escaped(wanted)), which this hub carries: it attaches when the history is upgraded (replica-cli upgrade)")
+        send(.waiting(notice), to: connection)
+        configuration.logger.info("holding the hello of \(connection.label) (\(ControlCharacters.escaped(wanted))) until the history is upgraded from \(facts.fingerprint)")
+    }
+
+    /// The history runs a new version: every attached replica got the `upgraded` notice in its
+    /// stream and is detached after it (each attaches again under the new version, or is
+    /// outdated); held replicas of that version are attached.
+    private mutating func upgraded(_ notice: UpgradeNotice) {
+        version += 1
+        facts.fingerprint = notice.to
+        for connection in streaming where !connection.isClosing {
+            tearDown(connection, .finished)
+        }
+        for connection in Array(connections.values) {
+            guard case .awaitingUpgrade(var hello) = connection.phase, !connection.isClosing else { continue }
+            switch facts.order(of: hello.fingerprint ?? "") {
+            case 0?:
+                hello.waitsForUpgrade = false
+                connection.phase = .greeting
+                attach(connection, hello)
+                connection.input.moreFrames = true
+            case let order? where order > 0:
+                continue
+            default:
+                tearDown(connection, .failed(WireError(.appOutdated, "the history was upgraded to \(notice.to) at seq \(notice.seq); this replica runs \(ControlCharacters.escaped(hello.fingerprint ?? "")), now older: run \(notice.to)")))
+            }
+        }
     }
 
     /// The open connection, other than `connection`, that holds the session `key` (it said
@@ -491,6 +562,15 @@ struct HubCore {
                 return
             }
             if let voidedFrom = result.voidedFrom { pipeline.void(from: voidedFrom) }
+            if let halted = result.halted {
+                broadcast(.log(available: false, reason: halted, seq: sequencer.appliedSeq))
+            }
+            if let notice = result.upgraded {
+                // The upgrade's report first, then the replicas of the old version leave, before
+                // anything that waited is judged under the new one.
+                release()
+                upgraded(notice)
+            }
             // On a shared log, attached replicas hear when the hub stops and starts taking
             // dispatches (a client that does not know the message ignores it). A hub with a
             // log of its own says nothing new: its refusals and `status` tell, as they always did.

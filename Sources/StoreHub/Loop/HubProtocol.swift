@@ -17,8 +17,13 @@ enum HubDecision: Equatable {
     case history(from: UInt64, to: UInt64?, id: DispatchID?)
     /// Refuse this dispatch alone (`reject`); the connection goes on.
     case reject(id: DispatchID, WireError)
+    /// Judge an `upgrade` request, in order with what this connection was sent.
+    case upgrade(id: DispatchID, to: String?, dryRun: Bool)
     /// Send this error, stop reading, flush and close the connection.
     case fail(WireError)
+    /// A `hello` of a version the history was upgraded past: answer each dispatch of the
+    /// session it has in doubt (`duplicate`, or `reject` with `error`), then fail with `error`.
+    case outdated(session: String, inDoubt: [DispatchID], WireError)
 }
 
 /// A `hello` that passed every check.
@@ -29,6 +34,11 @@ struct HelloRequest: Equatable {
     var resume: ResumePoint?
     /// The client's session, if any.
     var session: String?
+    /// The fingerprint the replica runs, if it named one.
+    var fingerprint: String? = nil
+    /// Whether it runs a newer version the hub carries than the history's: the hub holds it
+    /// until the history is upgraded.
+    var waitsForUpgrade = false
 }
 
 /// What the protocol needs to know about the hub: fixed for its run.
@@ -39,6 +49,18 @@ struct HubFacts: Equatable {
     var fingerprint: String
     /// The history id.
     var history: String
+    /// Every version of the app the hub carries, oldest first (one when it carries only its own).
+    var versions: [String] = []
+
+    /// Where a fingerprint stands against the history's version: `nil` when the hub does not
+    /// carry it, negative when older, 0 when the same, positive when newer.
+    func order(of other: String) -> Int? {
+        let key = JSONKey(other)
+        if key == JSONKey(fingerprint) { return 0 }
+        guard let index = versions.firstIndex(where: { JSONKey($0) == key }),
+              let current = versions.firstIndex(where: { JSONKey($0) == JSONKey(fingerprint) }) else { return nil }
+        return index - current
+    }
 }
 
 /// The per-connection protocol as one pure function: a frame's bytes and whether (as which
@@ -103,7 +125,9 @@ enum HubProtocol {
             return .sync(id: id)
         case .history(let from, let to, let id):
             return .history(from: from, to: to, id: id)
-        case .hello(let version, let appName, let fingerprint, let name, let resume, let session):
+        case .upgrade(let id, let to, let dryRun):
+            return .upgrade(id: id, to: to, dryRun: dryRun)
+        case .hello(let version, let appName, let fingerprint, let name, let resume, let session, let inDoubt):
             if let replica {
                 return .fail(WireError(.alreadyAttached, "this connection is already attached as replica \(replica); send hello once"))
             }
@@ -114,12 +138,23 @@ enum HubProtocol {
             guard JSONKey(appName) == JSONKey(facts.appName) else {
                 return .fail(WireError(.appMismatch, "this hub runs app \"\(facts.appName)\", not \"\(ControlCharacters.escaped(appName))\"; start the replica with --app \(facts.appName) or run a hub for \(ControlCharacters.escaped(appName))"))
             }
+            var waits = false
             if let fingerprint, JSONKey(fingerprint) != JSONKey(facts.fingerprint) {
-                return .fail(WireError(.appMismatch, "this hub runs \(facts.fingerprint), the replica has \(ControlCharacters.escaped(fingerprint)); both sides must run the same reducer version"))
+                switch facts.order(of: fingerprint) {
+                case let order? where order < 0:
+                    let error = WireError(.appOutdated, "the history runs \(facts.fingerprint), newer than this replica's \(ControlCharacters.escaped(fingerprint)) (it was upgraded); run the newer version of the app (--app \(facts.fingerprint))")
+                    if let session, !inDoubt.isEmpty { return .outdated(session: session, inDoubt: inDoubt, error) }
+                    return .fail(error)
+                case let order? where order > 0:
+                    waits = true
+                default:
+                    return .fail(WireError(.appMismatch, "this hub runs \(facts.fingerprint), the replica has \(ControlCharacters.escaped(fingerprint)); both sides must run the same reducer version"))
+                }
             }
             // A resume point names this very history, or it is no resume at all.
             let point = resume.flatMap { JSONKey($0.history) == JSONKey(facts.history) ? $0 : nil }
-            return .hello(HelloRequest(name: name ?? "", resume: point, session: session))
+            return .hello(HelloRequest(name: name ?? "", resume: point, session: session, fingerprint: fingerprint,
+                                       waitsForUpgrade: waits))
         case .dispatch(let id, let action):
             guard replica != nil else {
                 return .fail(WireError(.notAttached, "dispatch before hello; send {\"type\":\"hello\",\"protocol\":\(syncProtocolVersion),\"app\":\"\(facts.appName)\"} first"))

@@ -38,6 +38,11 @@ struct RequestPipeline {
         case status
         case sync(id: DispatchID?)
         case history(from: UInt64, to: UInt64?, id: DispatchID?)
+        /// An `upgrade` request.
+        case upgrade(id: DispatchID, to: String?, dryRun: Bool)
+        /// A dispatch an outdated replica has in doubt: `duplicate` when its session has it
+        /// sequenced, else refused with the error (never applied).
+        case inDoubt(id: DispatchID, WireError)
         /// The `welcome` of a `hello` (the connection is already attached as `replica`).
         case welcome(replica: Int, resume: ResumePoint?)
         /// The connection's last request: it ended its input (`nil`), or sent a frame refused
@@ -55,6 +60,8 @@ struct RequestPipeline {
         /// A `history` reply, built from the backlog when it is released.
         case history(from: UInt64, to: UInt64?, id: DispatchID?)
         case status(EncodedState)
+        /// The report of an `upgrade` (released once the upgrade record is durable).
+        case upgrade(UpgradeReport)
         /// A resumed welcome at this seq.
         case resumed(replica: Int, seq: UInt64)
         /// A full welcome with this state.

@@ -13,7 +13,10 @@ import SyncCore
 /// On the event-loop thread only. Its hot stored properties are `@exclusivity(unchecked)`,
 /// each with its line of proof: see ``HubLoop``'s note on exclusivity.
 final class Applier {
-    let engine: HubEngine
+    /// The engine of the app version the history runs (replaced at an upgrade).
+    var engine: HubEngine
+    /// Every version the hub carries.
+    let versions: HubVersions
     /// The seq of the last applied record (0 before the first).
     // Unchecked: advanced by every applied record; only assigned, never passed inout.
     @exclusivity(unchecked) private(set) var seq: UInt64 = 0
@@ -37,8 +40,9 @@ final class Applier {
     /// Whether the engine keeps the root state apart from the speculative one.
     let keepsRoot: Bool
 
-    init(engine: HubEngine, backlog: Backlog, dedupWindow: Int, keepsRoot: Bool, logger: HubLogger) {
+    init(engine: HubEngine, versions: HubVersions, backlog: Backlog, dedupWindow: Int, keepsRoot: Bool, logger: HubLogger) {
         self.engine = engine
+        self.versions = versions
         self.keepsRoot = keepsRoot
         self.backlog = backlog
         self.sessions = SessionTable(window: dedupWindow)
@@ -54,6 +58,12 @@ final class Applier {
     ///   or the replay disagrees with a snapshot's digest.
     func start(from start: LogStart, now: ContinuousClock.Instant) throws(StorageError) {
         var base: UInt64 = 0
+        if let fingerprint = start.fingerprint, JSONKey(fingerprint) != JSONKey(engine.fingerprint) {
+            guard let other = versions.engine(for: fingerprint) else {
+                throw StorageError("app-mismatch: the history starts under app \(ControlCharacters.escaped(fingerprint)), which this hub does not carry (it carries \(versions.fingerprints.joined(separator: ", "))); run the app version that wrote it", isDataProblem: true)
+            }
+            install(other)
+        }
         if start.snapshot == nil, let error = engine.restore(engine.initialState) {
             throw StorageError("the app's initial state does not decode: \(error.message)", isDataProblem: true)
         }
@@ -66,6 +76,14 @@ final class Applier {
         }
         var snapshotDigests = Dictionary(start.snapshotDigests.map { ($0.seq, $0.digest) }, uniquingKeysWith: { a, _ in a })
         for record in start.records {
+            if let upgrade = record.upgrade {
+                if let failure = migrate(upgrade, at: record.seq) {
+                    throw StorageError("the upgrade record at seq \(record.seq) does not replay: \(failure)", isDataProblem: true)
+                }
+                base = record.seq
+                snapshotDigests.removeValue(forKey: record.seq)
+                continue
+            }
             switch engine.apply(record.wire) {
             case .applied:
                 break
@@ -88,6 +106,44 @@ final class Applier {
         seq = base
         engine.reset()
         refillBacklog(start)
+    }
+
+    /// Installs the engine of another version (its state already restored).
+    func install(_ other: HubEngine) {
+        other.setKeepsRoot(keepsRoot)
+        engine = other
+    }
+
+    /// Moves the root state across an upgrade record: migrates it, checks the migrated digest
+    /// against the record's, and installs the new version's engine.
+    ///
+    /// - Parameters:
+    ///   - upgrade: The record's versions and digest.
+    ///   - seq: Its seq.
+    /// - Returns: Why it cannot be followed (nothing changed then), or `nil`.
+    func migrate(_ upgrade: LogUpgrade, at seq: UInt64) -> String? {
+        guard JSONKey(upgrade.from) == JSONKey(engine.fingerprint) else {
+            return "it upgrades from \(ControlCharacters.escaped(upgrade.from)), but the history runs \(engine.fingerprint) there"
+        }
+        guard let next = versions.engine(for: upgrade.to) else {
+            return "it upgrades to \(ControlCharacters.escaped(upgrade.to)), which this hub does not carry (it carries \(versions.fingerprints.joined(separator: ", "))); restart it with a build that has \(ControlCharacters.escaped(upgrade.to))"
+        }
+        materializeRoot()
+        let migrated: JSON
+        do throws(MigrationError) {
+            migrated = try versions.chain.migrate(engine.snapshot(.root), from: upgrade.from, to: upgrade.to)
+        } catch {
+            return "the migration from \(upgrade.from) to \(upgrade.to) threw here: \(error.message)"
+        }
+        let digest = Digest.of(migrated)
+        guard digest == upgrade.digest else {
+            return "migrating the state from \(upgrade.from) to \(upgrade.to) gives digest \(digest) here, the record says \(upgrade.digest): the migrations differ (or one is not deterministic), so every later state would fork"
+        }
+        if let error = next.restore(migrated) {
+            return "the migrated state does not decode as \(upgrade.to): \(error.message)"
+        }
+        install(next)
+        return nil
     }
 
     /// Loads the recovered tail into the backlog, so replicas can resume across a restart.
@@ -129,6 +185,10 @@ final class Applier {
 
     /// A record's `action` frame, followed by its `checkpoint` frame when it carries a digest.
     static func frame(for record: LogRecord) -> [UInt8]? {
+        if let upgrade = record.upgrade {
+            return try? Frame.encode(HubMessage.upgraded(UpgradeNotice(seq: record.seq, from: upgrade.from, to: upgrade.to,
+                                                                       digest: upgrade.digest)))
+        }
         var frame: [UInt8] = []
         do throws(FrameError) {
             try Frame.appendActionEnvelope(seq: record.seq, origin: record.origin, id: record.id, action: record.wire,
@@ -156,8 +216,13 @@ final class Applier {
         if frameStarts.isEmpty { framesFirst = record.seq }
         frameStarts.append(frames.count)
         frames.append(contentsOf: proposed[own.frameStart..<own.frameEnd])
-        pendingRoot.append(record)
         seq = record.seq
+        if record.upgrade != nil {
+            // Every own record before it is in the migrated state the sequencer installs next.
+            pendingRoot.removeAll(keepingCapacity: true)
+            return
+        }
+        pendingRoot.append(record)
         if let session = own.session { sessions.record(session, id: record.id, seq: record.seq, now: now) }
     }
 
@@ -166,7 +231,19 @@ final class Applier {
     /// - Parameters:
     ///   - record: The record.
     ///   - now: The time, for the session table.
-    func apply(foreign record: LogRecord, now: ContinuousClock.Instant) {
+    ///
+    /// - Returns: For an upgrade record this hub cannot follow, why (the state is unchanged,
+    ///   and the hub must stop sequencing there); else `nil`.
+    @discardableResult
+    func apply(foreign record: LogRecord, now: ContinuousClock.Instant) -> String? {
+        if let upgrade = record.upgrade {
+            if let failure = migrate(upgrade, at: record.seq) { return failure }
+            if frameStarts.isEmpty { framesFirst = record.seq }
+            frameStarts.append(frames.count)
+            if let frame = Self.frame(for: record) { frames.append(contentsOf: frame) } else { frameStarts.removeLast() }
+            seq = record.seq
+            return nil
+        }
         if frameStarts.isEmpty { framesFirst = record.seq }
         frameStarts.append(frames.count)
         materializeRoot()
@@ -188,6 +265,7 @@ final class Applier {
         }
         seq = record.seq
         if let session = record.session { sessions.record(session: session, id: record.id, seq: record.seq, now: now) }
+        return nil
     }
 
     /// Applies the own records the root state lags behind by (before something needs the

@@ -37,6 +37,8 @@ struct HubEngine: Sendable {
     @usableFromInline let appName: String
     /// The app's fingerprint.
     @usableFromInline let fingerprint: String
+    /// The versions the app's binary carries, ending with this one (``SyncApp/versions``).
+    @usableFromInline let chain: AppVersionChain
     /// Decodes a dispatched action and applies it to the speculative state (`--check-determinism`
     /// applies).
     @usableFromInline let propose: @Sendable (WireAction) -> Outcome
@@ -89,6 +91,7 @@ struct HubEngine: Sendable {
         let states = States(app.initialState)
         appName = App.name
         fingerprint = App.fingerprint
+        chain = app.versions
         propose = { wire in
             let action: App.Action
             do throws(AppCodingError) {

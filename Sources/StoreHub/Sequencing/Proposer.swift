@@ -33,7 +33,8 @@ final class Proposer {
         case duplicate(UInt64)
     }
 
-    let engine: HubEngine
+    /// The engine of the app version the history runs (replaced at an upgrade).
+    var engine: HubEngine
     /// The seq of the last proposal (the applied seq when nothing is in flight).
     // Unchecked: read and advanced by every proposal; only assigned, never passed inout.
     @exclusivity(unchecked) private(set) var seq: UInt64 = 0
@@ -140,6 +141,19 @@ final class Proposer {
         inFlight.append(InFlight(record: record, session: session, frameStart: start, frameEnd: frames.count))
         session?.inFlight[id] = next
         return (.proposed(next), record)
+    }
+
+    /// Proposes an upgrade record at the next seq: nothing is validated against the
+    /// speculative state (the migration was), and its frame is the `upgraded` notice.
+    ///
+    /// - Parameters:
+    ///   - record: The record, at seq ``seq`` + 1.
+    ///   - frame: Its `upgraded` frame.
+    func proposeUpgrade(_ record: LogRecord, frame: [UInt8]) {
+        let start = frames.count
+        frames.append(contentsOf: frame)
+        seq = record.seq
+        inFlight.append(InFlight(record: record, session: nil, frameStart: start, frameEnd: frames.count))
     }
 
     /// Takes the oldest proposal out of flight because the log appended it.

@@ -21,7 +21,10 @@ import SyncPOSIX
 /// On the event-loop thread only. Its hot stored properties are `@exclusivity(unchecked)`,
 /// each with its line of proof: see ``HubLoop``'s note on exclusivity.
 final class Sequencer {
-    let engine: HubEngine
+    /// The engine of the app version the history runs (replaced at an upgrade).
+    private(set) var engine: HubEngine
+    /// Every version of the app the hub carries.
+    let versions: HubVersions
     let log: any HubLog
     /// The id of this sequence of actions.
     let history: String
@@ -82,16 +85,43 @@ final class Sequencer {
         var becameAvailable = false
         /// The gate closed in this pass: why (dispatches are refused `unavailable` from now on).
         var becameUnavailable: String?
+        /// The history moved to a newer app version in this pass (own request or another hub's record).
+        var upgraded: UpgradeNotice?
+        /// The log holds a record this hub cannot follow (an upgrade to a version it does not
+        /// carry, or whose migration disagrees): it stopped sequencing there, for this reason.
+        var halted: String?
     }
+
+    /// What became of an `upgrade` request.
+    enum UpgradeDecision: Equatable {
+        /// Refused; nothing changed.
+        case refused(WireError)
+        /// Checked and (unless a dry run) proposed as `seq`: the report, and whether it was proposed.
+        case report(UpgradeReport, proposed: Bool)
+    }
+
+    /// An upgrade this hub proposed and the log has not appended yet: the engine of the new
+    /// version, its state restored to the migrated one.
+    private var pendingUpgrade: (seq: UInt64, engine: HubEngine)?
+    /// The seq of the newest upgrade: a replica cannot resume from before it (its state is
+    /// of another version), it gets a full welcome.
+    private(set) var upgradeFloor: UInt64 = 0
+    /// Why this hub stopped sequencing (a record it cannot follow), for good: a restart with
+    /// the right build goes on.
+    private(set) var halted: String?
+    /// The most bytes a migrated state may take: what one `welcome` frame can carry (tests lower it).
+    var maxUpgradeStateBytes = Frame.maxPayloadBytes - 65_536
 
     /// Opens the log and replays what it holds into the root state.
     ///
     /// - Throws: ``StorageError`` when the log cannot be opened or its contents do not apply.
-    init(engine: HubEngine, log: any HubLog, snapshotEvery: Int, backlogActions: Int, backlogBytes: Int,
-         checkpointEvery: Int, checkpointInterval: Duration? = nil, dedupWindow: Int,
+    init(engine: HubEngine, versions: HubVersions? = nil, log: any HubLog, snapshotEvery: Int, backlogActions: Int,
+         backlogBytes: Int, checkpointEvery: Int, checkpointInterval: Duration? = nil, dedupWindow: Int,
          wallClock: @escaping @Sendable () -> Int64 = LogTimestamp.milliseconds,
          logger: HubLogger) throws(StorageError) {
         self.engine = engine
+        let versions = versions ?? HubVersions(chain: engine.chain, primary: engine, checkDeterminism: false)
+        self.versions = versions
         self.wallClock = wallClock
         self.checkpointInterval = checkpointInterval.flatMap { $0 > .zero ? $0 : nil }
         self.quietSpell = (self.checkpointInterval ?? .zero) * 2
@@ -102,7 +132,8 @@ final class Sequencer {
         let backlog = Backlog(minimumActions: backlogActions, maximumBytes: backlogBytes)
         proposer = Proposer(engine: engine, checkpointEvery: UInt64(max(0, checkpointEvery)))
         engine.setKeepsRoot(log.mayRefuse)
-        applier = Applier(engine: engine, backlog: backlog, dedupWindow: dedupWindow, keepsRoot: log.mayRefuse, logger: logger)
+        applier = Applier(engine: engine, versions: versions, backlog: backlog, dedupWindow: dedupWindow, keepsRoot: log.mayRefuse,
+                          logger: logger)
         let start = try log.open()
         history = start.history
         for warning in start.warnings { logger.warning(warning) }
@@ -112,6 +143,10 @@ final class Sequencer {
             log.close()
             throw error
         }
+        // Recovery may have started under another version, and crossed upgrades.
+        self.engine = applier.engine
+        proposer.engine = applier.engine
+        upgradeFloor = (start.window + start.records).last(where: { $0.upgrade != nil })?.seq ?? 0
         proposer.restart(at: applier.seq)
         lastSnapshotSeq = start.snapshot?.seq ?? 0
         logPosition = start.position
@@ -140,13 +175,13 @@ final class Sequencer {
     /// The applied frames every attached replica reads.
     var backlog: Backlog { applier.backlog }
     /// Why dispatches are refused, while they are.
-    var unavailableReason: String? { gate.reason }
+    var unavailableReason: String? { halted ?? gate.reason }
     /// Whether new requests may be judged now: not while proposals voided by a conflict or a
     /// failure are settling, nor while catching up with records another hub wrote, unless the
     /// log refuses everything (an outage): then every answer is decided at once from the
     /// applied state (a dispatch is refused `unavailable`; `status`, `welcome` and `history`
     /// are served), so reads never stop while the log cannot be read to the end.
-    var isJudging: Bool { !settling && (applier.seq >= catchUpTo || gate.reason != nil) }
+    var isJudging: Bool { !settling && pendingUpgrade == nil && (applier.seq >= catchUpTo || unavailableReason != nil) }
     /// Storage facts for `status`.
     var logStatus: LogStatus { log.status }
     /// The number of proposals in flight.
@@ -183,7 +218,7 @@ final class Sequencer {
         if let original = proposer.duplicate(session: session, id: id) {
             return .duplicate(original)
         }
-        if let reason = gate.reason { return .refused(WireError(.unavailable, reason)) }
+        if let reason = halted ?? gate.reason { return .refused(WireError(.unavailable, reason)) }
         if let interval = checkpointInterval {
             // While actions flow, the first action once the interval has passed carries a
             // checkpoint: a replica that differs finds out within about an interval. A flow
@@ -251,8 +286,11 @@ final class Sequencer {
             case .accepted(let through):
                 while applier.seq < through, let own = proposer.takeAppended(nil) {
                     applier.apply(own: own, frames: proposer.frames, now: now)
+                    if own.record.upgrade != nil { completeUpgrade(own.record, into: &result) }
                 }
             case .appended(let record):
+                // Stopped at a record it cannot follow: what comes after is not applied here.
+                if halted != nil { continue }
                 guard record.seq == applier.seq + 1 else {
                     if record.seq <= applier.seq { continue }
                     result.broken = StorageError("the log went from seq \(applier.seq) to \(record.seq), skipping records; the hub stops rather than serve a state with a gap")
@@ -260,13 +298,23 @@ final class Sequencer {
                 }
                 if let own = proposer.takeAppended(record) {
                     applier.apply(own: own, frames: proposer.frames, now: now)
+                    if own.record.upgrade != nil { completeUpgrade(own.record, into: &result) }
                     continue
                 }
                 if let oldest = proposer.oldest, oldest.record.seq <= record.seq {
                     // Another writer got this seq: every proposal from here on is void.
                     void(from: oldest.record.seq, into: &result)
                 }
-                applier.apply(foreign: record, now: now)
+                if let failure = applier.apply(foreign: record, now: now) {
+                    let reason = "the log holds an upgrade at seq \(record.seq) that this hub cannot follow (\(failure)); it stopped sequencing at seq \(applier.seq) and answers status only"
+                    halted = reason
+                    result.halted = reason
+                    logger.error(reason)
+                    continue
+                }
+                if let upgrade = record.upgrade {
+                    upgraded(to: upgrade, at: record.seq, into: &result)
+                }
                 appliedForeign = true
             case .conflict(let from, let logLast):
                 catchUpTo = max(catchUpTo, logLast)
@@ -311,7 +359,9 @@ final class Sequencer {
         }
         applier.releaseFrames()
         // Never in a pass that found the log broken: the state may hold what the log no longer has.
-        if result.broken == nil, proposer.inFlightCount == 0, gate.isOpen, applier.seq - lastSnapshotSeq >= snapshotEvery {
+        if result.broken == nil, proposer.inFlightCount == 0, gate.isOpen,
+           applier.seq - lastSnapshotSeq >= snapshotEvery || upgradeSnapshotDue {
+            upgradeSnapshotDue = false
             writeSnapshot()
         }
         if gate.probeIfDue(now: now, { log.probe() }) {
@@ -330,10 +380,105 @@ final class Sequencer {
     }
 
     private func void(from: UInt64, into result: inout PumpResult) {
+        if let pending = pendingUpgrade, pending.seq >= from { pendingUpgrade = nil }
         guard proposer.void(from: from) > 0 else { return }
         settling = true
         result.voidedFrom = min(result.voidedFrom ?? from, from)
     }
+
+    // MARK: - Upgrades
+
+    /// Judges an `upgrade` request: checks the path, runs the migration on the speculative
+    /// state, and (unless `dryRun`) proposes the upgrade record at the next seq. Until the log
+    /// appends it, nothing else is judged (dispatches wait, and are judged under the new
+    /// version); if the log refuses it, the request is judged again.
+    ///
+    /// - Parameters:
+    ///   - target: The version wanted (`nil`: the newest the hub carries).
+    ///   - dryRun: Whether to change nothing.
+    ///   - id: The request's id.
+    ///   - origin: Who asked (0: not attached, or the hub itself).
+    ///   - originName: The asker's name, for the stamp.
+    ///   - detaches: The replicas an upgrade would detach (for the report).
+    /// - Returns: The decision.
+    func upgrade(to target: String?, dryRun: Bool, id: DispatchID, origin: Int, originName: String,
+                 detaches: [UpgradeReport.Detached]) -> UpgradeDecision {
+        owner.check()
+        let current = engine.fingerprint
+        let target = target ?? versions.newest
+        func refusal(_ message: String) -> UpgradeDecision { .refused(WireError(.upgradeRefused, message + "; nothing changed")) }
+        if let reason = halted ?? gate.reason { return .refused(WireError(.unavailable, "the log is unavailable (\(reason)); nothing changed — ask again once it is back")) }
+        if JSONKey(target) == JSONKey(current) {
+            let state = speculativeState()
+            return .report(UpgradeReport(id: id, dryRun: dryRun, changed: false, seq: state.seq, from: current, to: current,
+                                         digest: state.digest, stateBytes: state.bytes.count), proposed: false)
+        }
+        guard versions.fingerprints.contains(where: { JSONKey($0) == JSONKey(target) }) else {
+            return refusal("no path from \(current) to \(ControlCharacters.escaped(target)): this hub carries \(versions.fingerprints.joined(separator: ", ")); restart it with a build that has \(ControlCharacters.escaped(target)), or ask for one of those")
+        }
+        guard versions.isNewer(target, than: current) else {
+            return refusal("\(target) is older than the history's \(current): an upgrade only goes forward; to go back, restore a backup taken before the upgrade")
+        }
+        if log.isShared {
+            return refusal("the history is on a shared log, and this version of the hub upgrades histories kept in a data directory only (docs/OPERATIONS.md §14)")
+        }
+        let migrated: JSON
+        do throws(MigrationError) {
+            migrated = try versions.chain.migrate(engine.snapshot(.speculative), from: current, to: target)
+        } catch {
+            return refusal("the migration from \(current) to \(target) threw: \(error.message)")
+        }
+        guard let next = versions.engine(for: target) else { return refusal("this hub has no engine for \(target)") }
+        if let error = next.validate(migrated) {
+            return refusal("the migrated state does not decode as \(target): \(error.message)")
+        }
+        let bytes = migrated.canonicalBytes
+        guard bytes.count <= maxUpgradeStateBytes else {
+            return refusal("the migrated state is \(bytes.count) bytes, more than one welcome frame carries (\(maxUpgradeStateBytes) bytes), so no replica could attach after it")
+        }
+        let seq = proposer.seq + 1
+        let digest = Digest.hex(Digest.fnv1a64(bytes))
+        let report = UpgradeReport(id: id, dryRun: dryRun, changed: !dryRun, seq: dryRun ? proposer.seq : seq, from: current,
+                                   to: target, digest: digest, stateBytes: bytes.count, detaches: detaches)
+        if dryRun { return .report(report, proposed: false) }
+        if let error = next.restore(migrated) {
+            return refusal("the migrated state does not decode as \(target): \(error.message)")
+        }
+        let time = passWallTime ?? wallClock()
+        passWallTime = time
+        let record = LogRecord(seq: seq, origin: origin, id: id, upgrade: LogUpgrade(from: current, to: target, digest: digest),
+                               stamp: ActionStamp(time: time, originName: originName))
+        guard let frame = Applier.frame(for: record) else { return refusal("the upgrade notice does not fit a frame") }
+        let expecting = proposer.seq
+        proposer.proposeUpgrade(record, frame: frame)
+        pendingUpgrade = (seq, next)
+        log.propose([record], expectingLast: expecting, epoch: proposer.epoch)
+        hasUnflushedProposals = true
+        logger.notice("upgrading the history from \(current) to \(target) at seq \(seq) (migrated state \(bytes.count) bytes, digest \(digest))")
+        return .report(report, proposed: true)
+    }
+
+    /// This hub's upgrade record was appended: the new version's engine takes over.
+    private func completeUpgrade(_ record: LogRecord, into result: inout PumpResult) {
+        guard let upgrade = record.upgrade, let pending = pendingUpgrade, pending.seq == record.seq else { return }
+        pendingUpgrade = nil
+        applier.install(pending.engine)
+        upgraded(to: upgrade, at: record.seq, into: &result)
+    }
+
+    /// The history runs a new version from `seq` on (the applier's engine already is it).
+    private func upgraded(to upgrade: LogUpgrade, at seq: UInt64, into result: inout PumpResult) {
+        engine = applier.engine
+        proposer.engine = applier.engine
+        proposer.restart(at: applier.seq)
+        upgradeFloor = seq
+        upgradeSnapshotDue = true
+        result.upgraded = UpgradeNotice(seq: seq, from: upgrade.from, to: upgrade.to, digest: upgrade.digest)
+        logger.notice("the history runs \(upgrade.to) from seq \(seq) on (upgraded from \(upgrade.from); digest \(upgrade.digest))")
+    }
+
+    /// A snapshot is written right after an upgrade (a restart then needs no migration).
+    private var upgradeSnapshotDue = false
 
     // MARK: - Replica ids
 
@@ -393,7 +538,7 @@ final class Sequencer {
 
     /// Whether a replica that applied everything up to `seq` can be sent the rest from the backlog.
     func canResume(after seq: UInt64) -> Bool {
-        seq <= applier.seq && (backlog.covers(after: seq) || seq >= backlog.lastSeq)
+        seq <= applier.seq && seq >= upgradeFloor && (backlog.covers(after: seq) || seq >= backlog.lastSeq)
     }
 
     // MARK: - The encoded state
@@ -439,7 +584,8 @@ final class Sequencer {
         }
         let stored = StoredSnapshot(seq: applier.seq, digest: current.digest, state: state, nextReplica: nextReplica,
                                     sessions: applier.sessions.json,
-                                    position: logPosition.flatMap { $0.seq == applier.seq ? $0 : nil })
+                                    position: logPosition.flatMap { $0.seq == applier.seq ? $0 : nil },
+                                    app: engine.fingerprint)
         do throws(StorageError) {
             try log.writeSnapshot(stored)
             lastSnapshotSeq = applier.seq

@@ -31,17 +31,35 @@ final class EmbeddedHub {
     /// A hub over an in-memory log, running the JSON app.
     ///
     /// - Parameter configure: Changes to the default configuration.
-    init(configure: (inout HubConfiguration) -> Void = { _ in }) throws {
+    convenience init(configure: (inout HubConfiguration) -> Void = { _ in }) throws {
+        try self.init(app: JSONApp(), configure: configure)
+    }
+
+    /// A hub over a log (in memory by default) running `app`, carrying the versions of
+    /// `carries` (an upgrade moves its history along them).
+    ///
+    /// - Parameters:
+    ///   - app: The app the history runs at the start.
+    ///   - carries: A newer version's chain, or `nil` for `app`'s own.
+    ///   - log: The log.
+    ///   - configure: Changes to the default configuration.
+    init<App: SyncApp>(app: App, carries: AppVersionChain? = nil, log: any HubLog = MemoryLog(),
+                       configure: (inout HubConfiguration) -> Void = { _ in }) throws {
         var configuration = HubConfiguration(socketPath: "/embedded")
         configuration.maxClients = 64
         configure(&configuration)
-        let sequencer = try Sequencer(engine: HubEngine(app: JSONApp()), log: MemoryLog(), snapshotEvery: 1_000,
+        let engine = HubEngine(app: app)
+        let versions = HubVersions(chain: carries ?? engine.chain, primary: engine, checkDeterminism: false)
+        let sequencer = try Sequencer(engine: engine, versions: versions, log: log, snapshotEvery: 1_000,
                                       backlogActions: configuration.retainedActions, backlogBytes: configuration.backlogBytes,
                                       checkpointEvery: configuration.checkpointEvery, dedupWindow: configuration.dedupWindow,
                                       logger: configuration.logger)
         now = .now
         core = HubCore(sequencer: sequencer, configuration: configuration, hubID: "embedded", hubUID: hubUID, now: now)
     }
+
+    /// Sets how many `hello`s the core holds for an upgrade at most.
+    func setMaxHeldHellos(_ count: Int) { core.maxHeldHellos = count }
 
     /// Moves the clock.
     func advance(by duration: Duration) { now += duration }
