@@ -233,8 +233,14 @@ extension Replica {
     private func attachAgain(resume wantsResume: Bool) throws(ReplicaError) -> FrameDecoder {
         let connection = try HubConnection(path: socketPath)
         let resume = wantsResume ? history.map { ResumePoint(history: $0, seq: lastSeq.load(ordering: .acquiring)) } : nil
+        // The dispatches still waiting for an answer: should the history have been upgraded past
+        // this version meanwhile, the hub tells the fate of each before it refuses the hello
+        // (`in_doubt`), so none is left unknown.
+        let inDoubt = shared.withLock { shared in
+            shared.ledger.pending.sorted { $0.value.order < $1.value.order }.prefix(ClientMessage.maxInDoubt).map(\.key)
+        }
         try connection.send(.hello(protocolVersion: syncProtocolVersion, app: App.name, fingerprint: App.fingerprint,
-                                   name: name, resume: resume, session: session))
+                                   name: name, resume: resume, session: session, inDoubt: inDoubt))
         // A hub may hold the hello (this replica runs a newer version than the history) until
         // an upgrade, for as long as it takes, or until this replica is closed.
         let welcome = try Self.awaitWelcome(

@@ -110,6 +110,50 @@ struct UpgradeProcessTests {
         #expect(old.errorLines.contains { $0.contains("todos@2") }, "\(old.errorLines)")
     }
 
+    @Test("a todos@1 replica with dispatches in doubt across a kill -9 and an upgrade (hubd --upgrade) learns the fate of each, then is refused app-outdated")
+    func inDoubtAcrossUpgrade() async throws {
+        let fixture = try Fixture()
+        defer { fixture.shutdown() }
+        let data = fixture.directory + "/data"
+        try await Self.todosV1Directory(fixture, at: data, count: 1)
+        let hub = try await fixture.startHub(app: "todos@1", extra: ["--data-dir", data])
+        let client = try RawClient(path: fixture.socket)
+        try client.send(["type": "hello", "protocol": 1, "app": "todos", "fingerprint": "todos@1", "session": "s-1"])
+        let welcome = try client.receive()
+        let history = try #require(welcome["history"]?.stringValue)
+        // A burst, and the hub killed at once: some of it is sequenced, the rest never reached it.
+        var bytes: [UInt8] = []
+        for n in 1...50 { bytes += try Frame.encode(Self.add(n, prefix: "d")) }
+        try client.sendBytes(bytes)
+        _ = try client.receive()
+        hub.signal(SIGKILL)
+        _ = try await hub.waitForExit()
+        client.close()
+        // Today's hub, upgrading at start.
+        let upgraded = try await fixture.startHub(app: "todos", extra: ["--data-dir", data, "--upgrade"])
+        let status = try HubStatusProbe.status(fixture.socket)
+        #expect(status.fingerprint == "todos@2")
+        let again = try RawClient(path: fixture.socket)
+        defer { again.close() }
+        try again.send(["type": "hello", "protocol": 1, "app": "todos", "fingerprint": "todos@1", "session": "s-1",
+                        "resume": ["history": .string(history), "seq": 1], "in_doubt": .array((1...50).map { JSON($0) })])
+        var sequenced: Set<Int> = [], refused: Set<Int> = []
+        while let message = try again.receiveOrEOF() {
+            if message["type"] == "duplicate", let id = message["id"]?.intValue { sequenced.insert(id) }
+            if message["type"] == "reject", let id = message["id"]?.intValue, message["error"]?["code"] == "app-outdated" { refused.insert(id) }
+            if message["type"] == "error" { #expect(message["error"]?["code"] == "app-outdated") }
+        }
+        #expect(sequenced.union(refused) == Set(1...50) && sequenced.isDisjoint(with: refused))
+        #expect(!sequenced.isEmpty, "the first dispatch was acknowledged before the kill")
+        // Exactly the ones answered duplicate are in the state.
+        let reader = try Client(socket: fixture.socket, fingerprint: "todos@2", name: "check")
+        defer { reader.raw.close() }
+        let ids = Set((reader.first["state"]?["todos"]?.arrayValue ?? []).compactMap { $0["id"]?.stringValue })
+        #expect(ids == Set(["seed1"] + sequenced.map { "d\($0)" }))
+        upgraded.signal(SIGTERM)
+        #expect(try await upgraded.waitForExit() == 0)
+    }
+
     @Test("kill -9 around the upgrade, 20 times: either the old history or the upgraded one, never a mix; nothing acknowledged lost",
           arguments: ["always", "batch"])
     func crashLoopAroundUpgrade(mode: String) async throws {
