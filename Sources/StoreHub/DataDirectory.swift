@@ -155,9 +155,9 @@ public enum DataDirectory {
             let recovery = try FileLog.recover(directory: directory, fingerprint: engine.fingerprint,
                                                accepts: engine.chain.fingerprints, repair: repair, create: false)
             let start = recovery.start
-            lines.append("app \(recovery.app), history \(start.history), format \(recovery.format)")
+            lines.append("app \(ControlCharacters.escaped(recovery.app)), history \(start.history), format \(recovery.format)")
             for (seq, upgrade) in recovery.upgrades {
-                lines.append("upgrade at seq \(seq): \(upgrade.from) → \(upgrade.to), digest \(upgrade.digest)")
+                lines.append("upgrade at seq \(seq): \(ControlCharacters.escaped(upgrade.from)) → \(ControlCharacters.escaped(upgrade.to)), digest \(upgrade.digest)")
             }
             for (seq, path) in (try? FileLog.listSnapshots(directory)) ?? [] {
                 switch FileLog.readSnapshot(path) {

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import BuiltinApps
 @testable import StoreHub
 import SyncCore
@@ -27,7 +32,7 @@ private struct ThrowingTodos: SyncApp, UpgradingApp {
 /// Upgrades: the history moves from todos@1 to todos@2 at a seq of its own, with the guarantees
 /// an action has (ordered, durable, checked by digest), driven with bytes (``EmbeddedHub``)
 /// and over a real data directory.
-@Suite("Upgrades: the history moves to the next version of its app")
+@Suite("Upgrades: the history moves to the next version of its app", .serialized)
 struct UpgradeTests {
     private func hello(_ fingerprint: String?, name: String = "") -> String {
         var members = [#""type":"hello""#, #""protocol":\#(syncProtocolVersion)"#, #""app":"todos""#]
@@ -150,6 +155,24 @@ struct UpgradeTests {
         #expect(second == .number(2) && refusal.code == .appOutdated && refusal.message.contains("never applied"))
         #expect(error.code == .appOutdated && !hub.isOpen(again))
         #expect(hub.core.seq == 2)
+    }
+
+    @Test("a hello behind the upgrade in the same read is never welcomed with the other version's state")
+    func helloDuringPause() throws {
+        let hub = try todosHub()
+        let old = try #require(hub.connect())
+        hub.send([upgradeRequest("u"), hello("todos@1")], from: old)
+        hub.settle()
+        let seen = hub.messages(to: old)
+        #expect(seen.map(\.typeName) == ["upgrade", "error"])
+        guard case .error(let error)? = seen.last else { return }
+        #expect(error.code == .appOutdated)
+        let generic = try #require(hub.connect())
+        hub.send([#"{"type":"upgrade","id":"v","to":"todos@2"}"#, hello(nil)], from: generic)
+        hub.settle()
+        // The history already runs todos@2: the generic client is welcomed with it at once.
+        guard case .welcome(let welcome)? = hub.messages(to: generic).last else { Issue.record("expected a welcome"); return }
+        #expect(welcome.fingerprint == "todos@2")
     }
 
     @Test("a dispatch behind the upgrade in the same read is never applied under the new reducer")
@@ -306,10 +329,39 @@ struct UpgradeTests {
         }
     }
 
+    @Test("storesync.json not rewritten after the record (a full disk): nothing more is written until it is, then the hub goes on")
+    func metaRewriteFails() throws {
+        try withDirectory { directory in
+            defer { StorageFaults.metaWriteFailure.withLock { $0 = nil } }
+            let hub = try sequencer(directory, app: TodosV1App(), carries: TodosApp().versions)
+            addTodo(hub, 1)
+            StorageFaults.metaWriteFailure.withLock { $0 = ENOSPC }
+            _ = hub.upgrade(to: nil, dryRun: false, id: .string("u"), origin: 0, originName: "", detaches: [])
+            let pumped = hub.pump(now: .now)
+            #expect(pumped.upgraded?.to == "todos@2" && hub.appliedSeq == 2, "the record is durable: the upgrade happened")
+            #expect(try JSON(parsing: FileSystem.read(directory + "/storesync.json"))["app"] == "todos@1")
+            // No snapshot of todos@2 was written beside a file that names todos@1.
+            #expect(try FileLog.listSnapshots(directory).allSatisfy { (try? FileLog.readSnapshot($0.1).get())?.app != "todos@2" })
+            // The next dispatch is refused, nothing applied.
+            let action: JSON = ["type": "add", "id": "t9", "title": "x", "createdAt": 1]
+            _ = hub.dispatch(action, id: .number(9), origin: 1, session: nil)
+            _ = hub.pump(now: .now)
+            #expect(hub.appliedSeq == 2 && hub.unavailableReason?.contains("storesync.json") == true)
+            // Room again: the probe rewrites it, and dispatches go on.
+            StorageFaults.metaWriteFailure.withLock { $0 = nil }
+            _ = hub.pump(now: .now + .seconds(2))
+            #expect(hub.unavailableReason == nil)
+            #expect(try JSON(parsing: FileSystem.read(directory + "/storesync.json"))["app"] == "todos@2")
+            addTodo(hub, 10)
+            #expect(hub.appliedSeq == 3)
+            hub.close()
+        }
+    }
+
     @Test("a reader that predates upgrade records finds no item it knows where the record is, with a complete commit after it: it refuses, never skips")
     func oldReaderStops() throws {
         var segment: [UInt8] = []
-        let record = LogRecord(seq: 4, origin: 0, id: .string("u"), upgrade: LogUpgrade(from: "todos@1", to: "todos@2", digest: "abc"))
+        let record = LogRecord(seq: 4, origin: 0, id: .string("u"), upgrade: LogUpgrade(from: "todos@1", to: "todos@2", digest: "0123456789abcdef"))
         JournalFormat.appendRecord(record, to: &segment)
         JournalFormat.appendCommit(seq: 4, groupStart: 0, to: &segment)
         #expect(Array(segment[0..<4]) == Array("SSJU".utf8))

@@ -98,7 +98,8 @@ extension FileLog {
             for entry in json["upgrades"]?.arrayValue ?? [] {
                 guard let seq = entry["seq"]?.uint64Value, seq > 0, let from = entry["from"]?.stringValue,
                       let to = entry["to"]?.stringValue, let digest = entry["digest"]?.stringValue,
-                      LogUpgrade.isFingerprint(from), LogUpgrade.isFingerprint(to), upgrades.last.map({ $0.seq < seq }) ?? true else {
+                      LogUpgrade.isFingerprint(from), LogUpgrade.isFingerprint(to), LogUpgrade.isDigest(digest),
+                      upgrades.last.map({ $0.seq < seq }) ?? true else {
                     throw StorageError("\(path) has an unreadable \"upgrades\" entry; restore the data directory from a backup", isDataProblem: true)
                 }
                 upgrades.append((seq, LogUpgrade(from: from, to: to, digest: digest)))

@@ -49,6 +49,10 @@ package final class FileLog: HubLog {
     private var upgrades: [(seq: UInt64, upgrade: LogUpgrade)] = []
     /// Upgrade records in the group being written.
     private var pendingUpgrades: [(seq: UInt64, upgrade: LogUpgrade)] = []
+    /// `storesync.json` could not be rewritten after a committed upgrade: nothing more is
+    /// written (no group, no snapshot, no compaction) until it is, so the directory never
+    /// holds what the file's version cannot read.
+    private var metaStale = false
 
     private var handle: DirectoryHandle?
     private var lockFD: Int32 = -1
@@ -229,6 +233,15 @@ package final class FileLog: HubLog {
     private func writeGroup() {
         guard pendingCount > 0 else { return }
         let first = pendingFirst, last = pendingLast
+        if let error = rewriteMetaIfStale() {
+            pending.removeAll(keepingCapacity: pending.capacity <= 1 << 20)
+            pendingFirst = 0
+            pendingLast = 0
+            pendingUpgrades.removeAll()
+            failure = error
+            events.append(.failed(from: first, error))
+            return
+        }
         let groupUpgrades = pendingUpgrades
         defer {
             pending.removeAll(keepingCapacity: pending.capacity <= 1 << 20)
@@ -259,13 +272,33 @@ package final class FileLog: HubLog {
         if let newest = groupUpgrades.last {
             upgrades.append(contentsOf: groupUpgrades)
             currentApp = newest.upgrade.to
-            // The record is durable: the upgrade happened. Should this write fail, the next
-            // start finds the record and rewrites the file (`metaLags`).
-            if let handle { try? Self.writeMeta(handle, fingerprint: currentApp, history: history, upgrades: upgrades) }
+            // The record is durable: the upgrade happened. Should this write fail, nothing more
+            // is written until it succeeds (`rewriteMetaIfStale`); a restart finds the record and
+            // rewrites the file too (`metaLags`).
+            metaStale = true
+            _ = rewriteMetaIfStale()
         }
         events.append(.accepted(through: last))
         commits += 1
         if appendSize >= segmentBytes { closeSegment() }
+    }
+
+    /// Rewrites `storesync.json` after a committed upgrade, if that is still to be done.
+    ///
+    /// - Returns: Why it cannot be, or `nil` once it is (or was never needed).
+    private func rewriteMetaIfStale() -> StorageError? {
+        guard metaStale else { return nil }
+        guard let handle else { return StorageError("the data directory is closed") }
+        do throws(StorageError) {
+            if let code = StorageFaults.metaWriteFailure.withLock({ $0 }) {
+                throw StorageError("cannot write \(handle.pathOf(Self.metaName)): \(SystemError.describe(errno: code))")
+            }
+            try Self.writeMeta(handle, fingerprint: currentApp, history: history, upgrades: upgrades)
+        } catch {
+            return StorageError("the history was upgraded to \(currentApp), but \(Self.metaName) cannot be rewritten to say so (\(error.message)); nothing more is written until it can")
+        }
+        metaStale = false
+        return nil
     }
 
     /// Cuts the segment back to its last commit after a failed write; a cut that fails breaks the log.
@@ -384,6 +417,7 @@ package final class FileLog: HubLog {
 
     package func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {
         guard let handle else { throw StorageError("the data directory is closed") }
+        if let error = rewriteMetaIfStale() { throw error }
         let file = Self.snapshotFile(snapshot)
         do throws(SystemError) {
             if let code = StorageFaults.writeFailure.withLock({ $0 }) {
@@ -424,6 +458,7 @@ package final class FileLog: HubLog {
     package func probe() -> Bool {
         guard !isBroken, let handle else { return false }
         guard failure != nil else { return true }
+        if rewriteMetaIfStale() != nil { return false }
         if StorageFaults.writeFailure.withLock({ $0 }) != nil { return false }
         do throws(SystemError) {
             try handle.writeAtomically("probe", [UInt8](repeating: 0x2E, count: 4096))
@@ -470,4 +505,6 @@ package enum StorageFaults {
     package static let writeFailure = Locked<Int32?>(nil)
     /// While set, undoing a failed journal write (cutting the segment back) fails with this errno.
     package static let truncateFailure = Locked<Int32?>(nil)
+    /// While set, rewriting `storesync.json` after a committed upgrade fails with this errno.
+    package static let metaWriteFailure = Locked<Int32?>(nil)
 }

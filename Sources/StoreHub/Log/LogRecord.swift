@@ -184,7 +184,7 @@ package struct LogRecord: Sendable, Equatable {
             guard let seq = json["seq"]?.intValue, seq > 0, let origin = json["origin"]?.intValue, let rawID = json["id"],
                   let id = DispatchID(json: rawID), let from = json["from"]?.stringValue, let to = json["to"]?.stringValue,
                   let digest = json["digest"]?.stringValue, LogUpgrade.isFingerprint(from), LogUpgrade.isFingerprint(to),
-                  digest.utf8.count <= 128 else {
+                  LogUpgrade.isDigest(digest) else {
                 return nil
             }
             self.init(seq: UInt64(seq), origin: origin, id: id, upgrade: LogUpgrade(from: from, to: to, digest: digest),
@@ -219,7 +219,13 @@ package struct LogUpgrade: Sendable, Equatable {
     /// Whether a text read from storage is a plausible fingerprint (`NAME@VERSION`, at most
     /// 256 bytes, no control characters): what a record written by another process may name.
     package static func isFingerprint(_ text: String) -> Bool {
-        text.utf8.count <= 256 && text.contains("@") && !text.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
+        text.utf8.count <= 256 && text.contains("@")
+            && !text.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
+    }
+
+    /// Whether a text read from storage is a digest as the hub writes them: 16 lowercase hex digits.
+    package static func isDigest(_ text: String) -> Bool {
+        text.utf8.count == 16 && text.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
     }
 
     /// The `storesync.json` entry: `{"digest":…,"from":…,"seq":…,"to":…}`.

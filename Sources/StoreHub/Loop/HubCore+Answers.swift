@@ -88,10 +88,11 @@ extension HubCore {
             case .report(let report, let wasProposed):
                 return (.upgrade(report), wasProposed ? report.seq : proposed, false)
             }
-        case .inDoubt(let id, let error):
+        case .inDoubt(let id, let error, let complete):
             if let seq = sequencer.sequencedSeq(of: id, session: connection.session, now: now) {
                 return (.duplicate(id, seq), max(seq, proposed), false)
             }
+            guard complete else { return (.silence, proposed, false) }
             return (.reject(id, WireError(.appOutdated, "this dispatch was not sequenced before the upgrade, so it was never applied: \(error.message)")), proposed, false)
         case .end(let error):
             return (.end(error), proposed, false)
@@ -119,6 +120,8 @@ extension HubCore {
             send(.status(statusMessage(state)), to: connection, after: gate)
         case .upgrade(let report):
             send(.upgrade(report), to: connection, after: gate)
+        case .silence:
+            break
         case .resumed(let replica, let seq):
             startStream(connection, replica: replica, resumedAt: seq, state: nil)
         case .full(let replica, let state):

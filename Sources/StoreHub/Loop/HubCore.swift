@@ -385,8 +385,13 @@ struct HubCore {
         case .outdated(let session, let inDoubt, let error):
             // Exactly-once across an upgrade: each dispatch it sent and has no answer for is
             // told its fate before the refusal (the session's table says which were sequenced).
-            connection.session = sequencer.session(named: session, now: now)
-            for id in inDoubt { submit(connection, .inDoubt(id: id, error)) }
+            // A session the table forgot (idle 24 h, evicted) or whose older ids it dropped
+            // cannot be told "never applied" about an id it does not have: those get no answer.
+            let complete = sequencer.knowsEveryDispatch(of: session)
+            if complete || sequencer.hasSession(session) {
+                connection.session = sequencer.session(named: session, now: now)
+                for id in inDoubt { submit(connection, .inDoubt(id: id, error, complete: complete)) }
+            }
             stopReading(connection, then: error)
         case .status(let checked):
             // A report counts only from an attached replica: it is shown in its entry.
@@ -479,6 +484,15 @@ struct HubCore {
         facts.fingerprint = notice.to
         for connection in streaming where !connection.isClosing {
             tearDown(connection, .finished)
+        }
+        // Attached before the upgrade but not streaming yet (a welcome still to be judged, or
+        // waiting for a shared log to catch up): its welcome would be of the new version.
+        for connection in Array(connections.values) where !connection.isClosing {
+            guard let attachment = connection.phase.attachment, attachment.version != version else { continue }
+            let older = attachment.fingerprint.map { facts.order(of: $0).map { $0 < 0 } ?? false } ?? false
+            tearDown(connection, .failed(older
+                ? WireError(.appOutdated, "the history was upgraded to \(notice.to) at seq \(notice.seq) while this replica of \(ControlCharacters.escaped(attachment.fingerprint ?? "")) attached; run \(notice.to)")
+                : WireError(.unavailable, "the history was upgraded to \(notice.to) at seq \(notice.seq) while this client attached; attach again")))
         }
         for connection in Array(connections.values) {
             guard case .awaitingUpgrade(var hello) = connection.phase, !connection.isClosing else { continue }
@@ -583,7 +597,12 @@ struct HubCore {
             if sequencer.isJudging, pipeline.hasUnjudged {
                 for (connection, request) in pipeline.takeUnjudged()
                     where connections[connection.fd] === connection && !connection.isClosing {
-                    judgeAndQueue(connection, request)
+                    // An upgrade judged among them stops the judging: the rest wait for it.
+                    if sequencer.isJudging {
+                        judgeAndQueue(connection, request)
+                    } else {
+                        pipeline.append(connection, unjudged: request)
+                    }
                 }
             }
             release()

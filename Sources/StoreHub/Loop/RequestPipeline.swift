@@ -41,8 +41,9 @@ struct RequestPipeline {
         /// An `upgrade` request.
         case upgrade(id: DispatchID, to: String?, dryRun: Bool)
         /// A dispatch an outdated replica has in doubt: `duplicate` when its session has it
-        /// sequenced, else refused with the error (never applied).
-        case inDoubt(id: DispatchID, WireError)
+        /// sequenced, else (when the table remembers every id of the session: `complete`)
+        /// refused with the error, never applied; else no answer (its fate is not known here).
+        case inDoubt(id: DispatchID, WireError, complete: Bool)
         /// The `welcome` of a `hello` (the connection is already attached as `replica`).
         case welcome(replica: Int, resume: ResumePoint?)
         /// The connection's last request: it ended its input (`nil`), or sent a frame refused
@@ -62,6 +63,8 @@ struct RequestPipeline {
         case status(EncodedState)
         /// The report of an `upgrade` (released once the upgrade record is durable).
         case upgrade(UpgradeReport)
+        /// No answer (an id in doubt whose fate the hub cannot tell).
+        case silence
         /// A resumed welcome at this seq.
         case resumed(replica: Int, seq: UInt64)
         /// A full welcome with this state.

@@ -263,6 +263,12 @@ final class Sequencer {
         proposer.duplicate(session: session.map { applier.currentSession($0, now: now) }, id: id)
     }
 
+    /// Whether the session table remembers `session`.
+    func hasSession(_ session: String) -> Bool { applier.sessions.contains(session) }
+
+    /// Whether the session table can tell, for any id of `session`, whether it was applied.
+    func knowsEveryDispatch(of session: String) -> Bool { applier.sessions.knowsEveryDispatch(of: session) }
+
     /// The session table's entry for a client session (held by its connection).
     func session(named name: String, now: ContinuousClock.Instant) -> SessionEntry { applier.session(named: name, now: now) }
 

@@ -27,6 +27,9 @@ final class SessionEntry {
     @exclusivity(unchecked) var inFlight: [DispatchID: UInt64] = [:]
     /// Set once the table dropped this entry: a holder must look the session up again.
     fileprivate(set) var isEvicted = false
+    /// Whether an id was ever dropped to stay within the window (or the entry was restored
+    /// full from a snapshot): an id not remembered may then have been applied.
+    fileprivate(set) var hasForgotten = false
 
     fileprivate init(name: String, lastUsed: ContinuousClock.Instant) {
         self.name = name
@@ -44,6 +47,7 @@ final class SessionEntry {
         while order.count - head > window {
             seqs.removeValue(forKey: order[head])
             head += 1
+            hasForgotten = true
         }
         // Drop the forgotten prefix once it is half the array (amortised O(1) per id).
         if head > 64, head * 2 >= order.count {
@@ -91,6 +95,19 @@ struct SessionTable {
     /// The seq an id of a session was applied as, if it is remembered.
     func seq(session: String, id: DispatchID) -> UInt64? {
         sessions[JSONKey(session)]?.seqs[id]
+    }
+
+    /// Whether the table remembers a session.
+    func contains(_ session: String) -> Bool { sessions[JSONKey(session)] != nil }
+
+    /// Whether the table can tell, for any id of a session, whether it was applied: the
+    /// session is remembered and none of its ids was ever dropped.
+    ///
+    /// - Parameter session: The session's name.
+    /// - Returns: `true` when an id the table does not have was never applied.
+    func knowsEveryDispatch(of session: String) -> Bool {
+        guard let entry = sessions[JSONKey(session)] else { return false }
+        return !entry.hasForgotten
     }
 
     /// The entry of a session, created (and the table kept within its bound) if needed.
@@ -182,6 +199,8 @@ struct SessionTable {
                       let seq = pair[1].intValue, seq > 0 else { continue }
                 record(session: key.string, id: id, seq: UInt64(seq), now: now)
             }
+            // A snapshot keeps at most the window: a full one may have dropped older ids.
+            if let entry = sessions[key], entry.seqs.count >= window { entry.hasForgotten = true }
         }
     }
 }
