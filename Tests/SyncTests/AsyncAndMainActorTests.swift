@@ -31,7 +31,9 @@ struct AsyncAndMainActorTests {
         await #expect(throws: ReplicaError.self) {
             _ = try await Replica.attach(app: CounterApp(), socketPath: silent.path, timeout: .milliseconds(200))
         }
-        #expect(ContinuousClock.now - start < .seconds(5))
+        // Ended by the 200 ms timeout, not by a hang: the bound only separates the two, and is
+        // wide because a loaded machine resumes the awaiting task late (5.98 s was seen).
+        #expect(ContinuousClock.now - start < scaled(.seconds(30)))
         try await hub.stop()
     }
 
