@@ -96,13 +96,11 @@ extension FileLog {
             }
             var upgrades: [(seq: UInt64, upgrade: LogUpgrade)] = []
             for entry in json["upgrades"]?.arrayValue ?? [] {
-                guard let seq = entry["seq"]?.uint64Value, seq > 0, let from = entry["from"]?.stringValue,
-                      let to = entry["to"]?.stringValue, let digest = entry["digest"]?.stringValue,
-                      LogUpgrade.isFingerprint(from), LogUpgrade.isFingerprint(to), LogUpgrade.isDigest(digest),
+                guard let seq = entry["seq"]?.uint64Value, seq > 0, let upgrade = LogUpgrade(json: entry),
                       upgrades.last.map({ $0.seq < seq }) ?? true else {
                     throw StorageError("\(path) has an unreadable \"upgrades\" entry; restore the data directory from a backup", isDataProblem: true)
                 }
-                upgrades.append((seq, LogUpgrade(from: from, to: to, digest: digest)))
+                upgrades.append((seq, upgrade))
             }
             return Meta(history: history, format: format, app: app, upgrades: upgrades)
         }
@@ -203,7 +201,8 @@ extension FileLog {
             var recovery = try scan(directory: directory, start: start, meta: meta, repair: repair && ignored.isEmpty)
             // The versions the committed history ran: the file's record of upgrades, and the journal's.
             var upgrades = meta.upgrades
-            for record in recovery.start.window + recovery.start.records {
+            // Both lists read in place (a million records are never copied to be looked at).
+            for record in [recovery.start.window, recovery.start.records].joined() {
                 guard let upgrade = record.upgrade, !upgrades.contains(where: { $0.seq == record.seq }) else { continue }
                 upgrades.append((record.seq, upgrade))
             }

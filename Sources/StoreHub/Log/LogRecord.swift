@@ -31,7 +31,13 @@ package struct LogRecord: Sendable, Equatable {
     package var stamp: ActionStamp
     /// For an upgrade record: the versions and the migrated state's digest (``wire`` is then
     /// `null` and never applied).
-    package var upgrade: LogUpgrade?
+    package var upgrade: LogUpgrade? {
+        get { upgradeBox?.value }
+        set { upgradeBox = newValue.map(UpgradeBox.init) }
+    }
+    /// Where ``upgrade`` is kept: one reference (8 bytes) in every record, not three strings
+    /// (48), since recovery holds every record after the snapshot, upgrade or not.
+    private var upgradeBox: UpgradeBox?
 
     /// Creates an upgrade record.
     ///
@@ -182,12 +188,10 @@ package struct LogRecord: Sendable, Equatable {
     package init?(json: JSON) {
         if json["upgrade"]?.boolValue == true, json["action"] == nil {
             guard let seq = json["seq"]?.intValue, seq > 0, let origin = json["origin"]?.intValue, let rawID = json["id"],
-                  let id = DispatchID(json: rawID), let from = json["from"]?.stringValue, let to = json["to"]?.stringValue,
-                  let digest = json["digest"]?.stringValue, LogUpgrade.isFingerprint(from), LogUpgrade.isFingerprint(to),
-                  LogUpgrade.isDigest(digest) else {
+                  let id = DispatchID(json: rawID), let upgrade = LogUpgrade(json: json) else {
                 return nil
             }
-            self.init(seq: UInt64(seq), origin: origin, id: id, upgrade: LogUpgrade(from: from, to: to, digest: digest),
+            self.init(seq: UInt64(seq), origin: origin, id: id, upgrade: upgrade,
                       stamp: json.objectValue.map(ActionStamp.read(from:)) ?? .none)
             return
         }
@@ -228,8 +232,28 @@ package struct LogUpgrade: Sendable, Equatable {
         text.utf8.count == 16 && text.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
     }
 
+    /// Reads `from`, `to` and `digest` from a record's body or a `storesync.json` entry, never
+    /// trusting what another process wrote: plausible fingerprints, a digest as the hub writes it.
+    ///
+    /// - Parameter json: The object.
+    /// - Returns: The upgrade, or `nil` when a member is missing or malformed.
+    package init?(json: JSON) {
+        guard let from = json["from"]?.stringValue, let to = json["to"]?.stringValue, let digest = json["digest"]?.stringValue,
+              Self.isFingerprint(from), Self.isFingerprint(to), Self.isDigest(digest) else { return nil }
+        self.init(from: from, to: to, digest: digest)
+    }
+
     /// The `storesync.json` entry: `{"digest":…,"from":…,"seq":…,"to":…}`.
     package func json(seq: UInt64) -> JSON {
         ["seq": JSON(seq), "from": .string(from), "to": .string(to), "digest": .string(digest)]
     }
+}
+
+/// An upgrade kept out of line by ``LogRecord`` (immutable, so sharing it is safe).
+private final class UpgradeBox: Sendable, Equatable {
+    let value: LogUpgrade
+
+    init(_ value: LogUpgrade) { self.value = value }
+
+    static func == (lhs: UpgradeBox, rhs: UpgradeBox) -> Bool { lhs.value == rhs.value }
 }

@@ -146,7 +146,7 @@ final class Sequencer {
         // Recovery may have started under another version, and crossed upgrades.
         self.engine = applier.engine
         proposer.engine = applier.engine
-        upgradeFloor = (start.window + start.records).last(where: { $0.upgrade != nil })?.seq ?? 0
+        upgradeFloor = (start.records.last(where: { $0.upgrade != nil }) ?? start.window.last(where: { $0.upgrade != nil }))?.seq ?? 0
         proposer.restart(at: applier.seq)
         lastSnapshotSeq = start.snapshot?.seq ?? 0
         logPosition = start.position
