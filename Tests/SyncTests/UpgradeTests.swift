@@ -242,11 +242,27 @@ struct UpgradeTests {
     private func sequencer(_ directory: String, app: some SyncApp, carries: AppVersionChain?) throws -> Sequencer {
         let engine = HubEngine(app: app)
         let versions = HubVersions(chain: carries ?? engine.chain, primary: engine, checkDeterminism: false)
-        return try Sequencer(engine: engine, versions: versions,
-                             log: FileLog(directory: directory, fingerprint: engine.fingerprint, accepts: versions.fingerprints,
-                                          mode: .always),
-                             snapshotEvery: 1_000_000, backlogActions: 100, backlogBytes: 1 << 20, checkpointEvery: 0,
-                             dedupWindow: 100, logger: .discarding)
+        // The directory's lock (flock) was released by the previous sequencer's close, but a
+        // child process another test forks at that instant holds a copy of the descriptor until
+        // its exec closes it: a reopen right after a close may find it held for that moment.
+        let deadline = ContinuousClock.now + .seconds(5)
+        var attempt: Result<Sequencer, StorageError>
+        repeat {
+            attempt = Result { () throws(StorageError) -> Sequencer in
+                try Sequencer(engine: engine, versions: versions,
+                              log: FileLog(directory: directory, fingerprint: engine.fingerprint,
+                                           accepts: versions.fingerprints, mode: .always),
+                              snapshotEvery: 1_000_000, backlogActions: 100, backlogBytes: 1 << 20, checkpointEvery: 0,
+                              dedupWindow: 100, logger: .discarding)
+            }
+        } while Self.heldForAMoment(attempt) && ContinuousClock.now < deadline
+        return try attempt.get()
+    }
+
+    /// Whether opening failed only because the directory's lock was held.
+    private static func heldForAMoment(_ attempt: Result<Sequencer, StorageError>) -> Bool {
+        guard case .failure(let error) = attempt else { return false }
+        return error.message.hasPrefix("another hub is using")
     }
 
     private func addTodo(_ sequencer: Sequencer, _ id: Int) {
