@@ -125,7 +125,8 @@ public final class Hub<App: SyncApp>: Sendable {
         let versions = Self.versions(engine: engine, configuration: configuration)
         let log: any HubLog
         if let shared = configuration.sharedLog {
-            log = JetStreamLog(configuration: shared, fingerprint: engine.fingerprint, dataDirectory: configuration.dataDirectory,
+            log = JetStreamLog(configuration: shared, fingerprint: engine.fingerprint, accepts: versions.fingerprints,
+                               dataDirectory: configuration.dataDirectory,
                                stopDescriptor: configuration.stopDescriptor, logger: logger)
         } else if let directory = configuration.dataDirectory {
             log = FileLog(directory: directory, fingerprint: engine.fingerprint, accepts: versions.fingerprints, mode: configuration.fsync,
@@ -154,27 +155,46 @@ public final class Hub<App: SyncApp>: Sendable {
         return sequencer
     }
 
-    /// `hubd --upgrade`: upgrades the history to the newest version once, before serving.
+    /// `hubd --upgrade`: upgrades the history to the newest version once, before serving,
+    /// after catching up with the log (on a shared log, what other hubs wrote since it was
+    /// opened). A log that is not available yet, or an upgrade record that lost its place to
+    /// another hub's record, is waited for and tried again, for up to a minute.
     ///
     /// - Returns: Why it was refused, or `nil`.
     private static func upgradeAtStart(_ sequencer: Sequencer, logger: HubLogger) -> String? {
-        switch sequencer.upgrade(to: nil, dryRun: false, id: .string("hubd --upgrade"), origin: 0, originName: "", detaches: []) {
-        case .refused(let error):
-            return "--upgrade refused: \(error.message)"
-        case .report(let report, let proposed):
-            guard proposed else {
-                logger.notice("--upgrade: the history already runs \(report.to) (seq \(report.seq)); nothing changed")
-                return nil
+        let deadline = ContinuousClock.now + .seconds(60)
+        var waitingFor = "the log did not take the upgrade record"
+        var inFlight: String?
+        while ContinuousClock.now < deadline {
+            let result = sequencer.pump(now: .now)
+            if let broken = result.broken { return "--upgrade: \(broken.message)" }
+            if let halted = result.halted { return "--upgrade: \(halted)" }
+            if let target = inFlight, !sequencer.isUpgrading {
+                // Taken (the sequencer said so in the log), or its place went to another record.
+                if JSONKey(sequencer.engine.fingerprint) == JSONKey(target) { return nil }
+                inFlight = nil
             }
-            // A log of the hub's own takes the record at its next group commit.
-            for _ in 0..<100 where sequencer.appliedSeq < report.seq {
-                let result = sequencer.pump(now: .now)
-                if let broken = result.broken { return "--upgrade: \(broken.message)" }
-                if let reason = result.becameUnavailable { return "--upgrade: the log did not take the upgrade (\(reason))" }
+            if sequencer.isUpgrading || !sequencer.isJudging {
+                // Catching up, or the upgrade record in flight.
+                sequencer.waitForLog(milliseconds: 20)
+                continue
             }
-            guard sequencer.appliedSeq >= report.seq else { return "--upgrade: the log did not take the upgrade record" }
-            return nil
+            switch sequencer.upgrade(to: nil, dryRun: false, id: .string("hubd --upgrade"), origin: 0, originName: "", detaches: []) {
+            case .refused(let error) where error.code == .unavailable:
+                waitingFor = error.message
+                sequencer.waitForLog(milliseconds: 200)
+            case .refused(let error):
+                return "--upgrade refused: \(error.message)"
+            case .report(let report, let proposed):
+                guard proposed else {
+                    logger.notice("--upgrade: the history already runs \(report.to) (seq \(report.seq)); nothing changed")
+                    return nil
+                }
+                // Taken at a later turn, or its place lost to another hub's record: asked again.
+                inFlight = report.to
+            }
         }
+        return "--upgrade: \(waitingFor) (waited 60 s)"
     }
 
     deinit {

@@ -385,7 +385,8 @@ struct HubOptions: Equatable {
                 "migrated and an upgrade record is sequenced. Nothing happens when",
                 "the history already runs it; a refused upgrade (no path, the",
                 "migration threw, the state too large) stops the start with why.",
-                "A running hub is upgraded with replica-cli upgrade instead.",
+                "On a shared log it first catches up, waiting up to 60 s for the",
+                "stream. A running hub is upgraded with replica-cli upgrade instead.",
             ]) { options in options.upgrade = true },
             .value("--log-timestamps", "--log-timestamps on|off", help: [
                 "Start every log line with the time, RFC 3339 in UTC with",

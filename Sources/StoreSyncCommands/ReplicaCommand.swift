@@ -357,12 +357,27 @@ public enum ReplicaCommand {
             guard JSONKey(report.from) != JSONKey(report.to) else {
                 return "dry run: the history already runs \(to) (seq \(report.seq), digest \(digest)); nothing would change"
             }
-            return "dry run: \(from) → \(to) would migrate the state at seq \(report.seq) to digest \(digest) (\(size)) and detach \(replicas); nothing changed"
+            return "dry run: \(from) → \(to) would migrate the state at seq \(report.seq) to digest \(digest) (\(size)) and detach \(replicas)\(lackingText(report)); nothing changed"
         }
         guard report.changed else {
             return "the history already runs \(to) (seq \(report.seq), digest \(digest)); nothing changed"
         }
-        return "upgraded \(from) → \(to) at seq \(report.seq), digest \(digest) (\(size)); detached \(replicas)"
+        return "upgraded \(from) → \(to) at seq \(report.seq), digest \(digest) (\(size)); detached \(replicas)\(lackingText(report))"
+    }
+
+    /// `; hubs of the shared log without todos@2: b pid 7 (carries todos@1), consumer X (predates
+    /// upgrades)`, or nothing when every hub has the target.
+    ///
+    /// - Parameter report: The hub's answer.
+    /// - Returns: The words, starting with `; `.
+    static func lackingText(_ report: UpgradeReport) -> String {
+        guard !report.hubsLacking.isEmpty else { return "" }
+        let hubs = report.hubsLacking.prefix(16).map { hub in
+            let what = hub.versions.map { "carries " + $0.map(ControlCharacters.escaped).joined(separator: ", ") } ?? "predates upgrades"
+            return "\(ControlCharacters.escaped(hub.name)) (\(what))"
+        }
+        let more = report.hubsLacking.count > 16 ? ", and \(report.hubsLacking.count - 16) more" : ""
+        return "; hubs of the shared log without \(ControlCharacters.escaped(report.to)): \(hubs.joined(separator: ", "))\(more)"
     }
 
     /// `2 replicas (todos@1: 2)`: how many, and how many per version their `hello` named, in

@@ -197,6 +197,10 @@ struct ReplicaOptions: Equatable {
                                  --dry-run runs the migration and changes nothing: "dry run:
                                  todos@1 → todos@2 would migrate the state at seq 7 to digest D
                                  (B bytes) and detach 2 replicas (todos@1: 2); nothing changed".
+                                 On a shared log both also name the hubs of the stream that lack
+                                 the version ("; hubs of the shared log without todos@2: b pid 7
+                                 (carries todos@1)"), and a hub built before upgrades refuses the
+                                 upgrade until it is replaced.
                                  With --json print the hub's upgrade message instead. Only the
                                  hub's user and root may ask. A refusal changes nothing: it
                                  prints "\(program): upgrade refused: MESSAGE" (or "upgrade

@@ -719,10 +719,17 @@ public enum HubMessage: Sendable, Equatable {
                 detaches.append(UpgradeReport.Detached(replica: replica, name: entry["name"]?.stringValue ?? "",
                                                        fingerprint: entry["fingerprint"]?.stringValue))
             }
-            self = .upgrade(UpgradeReport(id: try id(), dryRun: m["dry_run"]?.boolValue ?? false,
-                                          changed: m["changed"]?.boolValue ?? false, seq: try seq("seq"),
-                                          from: try string("from"), to: try string("to"), digest: try string("digest"),
-                                          stateBytes: try optionalInt("state_bytes") ?? 0, detaches: detaches))
+            var report = UpgradeReport(id: try id(), dryRun: m["dry_run"]?.boolValue ?? false,
+                                       changed: m["changed"]?.boolValue ?? false, seq: try seq("seq"),
+                                       from: try string("from"), to: try string("to"), digest: try string("digest"),
+                                       stateBytes: try optionalInt("state_bytes") ?? 0, detaches: detaches)
+            for entry in (m["hubs_lacking"]?.arrayValue ?? []).prefix(1_024) {
+                guard let name = entry["hub"]?.stringValue else {
+                    throw WireError(.badFrame, "upgrade hubs_lacking need a string \"hub\"")
+                }
+                report.hubsLacking.append(UpgradeReport.Hub(name: name, versions: entry["versions"]?.arrayValue?.compactMap(\.stringValue)))
+            }
+            self = .upgrade(report)
         case "waiting":
             self = .waiting(WaitingNotice(reason: m["for"]?.stringValue ?? "", fingerprint: try string("fingerprint"),
                                           seq: try seq("seq"), message: m["message"]?.stringValue ?? ""))

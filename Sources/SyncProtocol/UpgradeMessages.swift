@@ -54,6 +54,29 @@ public struct UpgradeReport: Sendable, Equatable {
     public var stateBytes: Int
     /// The attached replicas the upgrade detaches (all of them: each must attach again).
     public var detaches: [Detached]
+    /// On a shared log: the hubs reading it that lack the target version (`hubs_lacking`,
+    /// present only when there are some). Those that carry an older version of the chain stop
+    /// at the upgrade record; those that predate upgrade records (`versions` `nil`) refuse the
+    /// upgrade until they are replaced.
+    public var hubsLacking: [Hub] = []
+
+    /// A hub of a shared log that lacks the target version.
+    public struct Hub: Sendable, Equatable {
+        /// How it names itself (`host pid N`).
+        public var name: String
+        /// The versions it carries; `nil` when it predates upgrade records.
+        public var versions: [String]?
+
+        /// Creates an entry.
+        ///
+        /// - Parameters:
+        ///   - name: How it names itself.
+        ///   - versions: The versions it carries, or `nil`.
+        public init(name: String, versions: [String]?) {
+            self.name = name
+            self.versions = versions
+        }
+    }
 
     /// One replica the upgrade detaches.
     public struct Detached: Sendable, Equatable {
@@ -142,14 +165,24 @@ extension UpgradeNotice {
 }
 
 extension UpgradeReport {
-    /// The wire form.
-    public var json: JSON {
+    private var baseJSON: JSON {
         ["type": "upgrade", "id": id.json, "dry_run": .bool(dryRun), "changed": .bool(changed), "seq": JSON(seq),
          "from": .string(from), "to": .string(to), "digest": .string(digest), "state_bytes": JSON(stateBytes),
          "detaches": .array(detaches.map { entry in
              ["replica": JSON(entry.replica), "name": .string(entry.name),
               "fingerprint": entry.fingerprint.map { .string($0) } ?? .null]
          })]
+    }
+
+    /// The wire form (`hubs_lacking` only when some hub lacks the target).
+    public var json: JSON {
+        guard case .object(var members) = baseJSON else { return baseJSON }
+        if !hubsLacking.isEmpty {
+            members["hubs_lacking"] = .array(hubsLacking.map { hub in
+                ["hub": .string(hub.name), "versions": hub.versions.map { .array($0.map { .string($0) }) } ?? .null]
+            })
+        }
+        return .object(members)
     }
 }
 

@@ -613,7 +613,7 @@ struct ReplicaUpgradeTests {
     }
 
     @Test("replica-cli upgrade prints one stable line for each kind of answer")
-    func upgradeLines() {
+    func upgradeLines() throws {
         let detaches: [UpgradeReport.Detached] = [.init(replica: 1, name: "a", fingerprint: "todos@1"),
                                                   .init(replica: 2, name: "", fingerprint: nil),
                                                   .init(replica: 3, name: "b", fingerprint: "todos@1")]
@@ -634,6 +634,16 @@ struct ReplicaUpgradeTests {
         var drySame = same
         drySame.dryRun = true
         #expect(ReplicaCommand.upgradeLine(drySame) == "dry run: the history already runs todos@2 (seq 9, digest def); nothing would change")
+        // On a shared log: the hubs that lack the target, said after the replicas, and on the wire.
+        var lacking = dry
+        lacking.hubsLacking = [.init(name: "b pid 7", versions: ["todos@1"]), .init(name: "consumer X\u{1B}[2J", versions: nil)]
+        let line = ReplicaCommand.upgradeLine(lacking)
+        #expect(line.hasPrefix("dry run: todos@1 → todos@2 would migrate the state at seq 7 to digest abc (312 bytes) and detach 1 replica (todos@1: 1); hubs of the shared log without todos@2: b pid 7 (carries todos@1), consumer X"))
+        #expect(line.hasSuffix("[2J (predates upgrades); nothing changed") && !line.contains("\u{1B}"), "\(line)")
+        let wire = HubMessage.upgrade(lacking).json
+        #expect(wire["hubs_lacking"] == [["hub": "b pid 7", "versions": ["todos@1"]], ["hub": "consumer X\u{1B}[2J", "versions": .null]])
+        #expect(try HubMessage(json: wire) == .upgrade(lacking))
+        #expect(HubMessage.upgrade(dry).json["hubs_lacking"] == nil, "absent when every hub has the target")
         var hostile = upgraded
         hostile.to = "todos@2\u{1B}[2J"
         #expect(!ReplicaCommand.upgradeLine(hostile).contains("\u{1B}"))

@@ -97,6 +97,24 @@ package protocol HubLog: AnyObject {
 
     /// Releases files, locks and connections.
     func close()
+
+    /// The hubs that read this log (a shared log's; none for a log only this hub writes),
+    /// asked before an upgrade: one that cannot read upgrade records refuses it.
+    ///
+    /// - Returns: Every hub reading the log, this one included.
+    /// - Throws: ``StorageError`` when the log cannot say.
+    func hubs() throws(StorageError) -> [LogPeer]
+
+    /// Makes the log ready for an upgrade record (a shared log moves to
+    /// ``StreamLayout/records``, where hubs that predate upgrades can no longer write).
+    ///
+    /// - Throws: ``StorageError`` when it cannot; nothing was changed that matters then.
+    func prepareUpgrade() throws(StorageError)
+}
+
+extension HubLog {
+    package func hubs() throws(StorageError) -> [LogPeer] { [] }
+    package func prepareUpgrade() throws(StorageError) {}
 }
 
 /// What the event loop waits on for a log.

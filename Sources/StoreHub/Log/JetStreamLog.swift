@@ -52,6 +52,8 @@ package final class JetStreamLog: HubLog {
     private let stopDescriptor: Int32?
     private let configuration: SharedLogConfiguration
     private let fingerprint: String
+    /// The app versions this hub carries, oldest first (a stream started by any of them is read).
+    private let accepts: [String]
     private let dataDirectory: String?
     private let logger: HubLogger
     private let names: Names
@@ -65,19 +67,30 @@ package final class JetStreamLog: HubLog {
         let stream: String
         let meta: String
         let actions: String
+        /// Where records go once the stream moved to ``StreamLayout/records``.
+        let records: String
         let genesis: String
         let lease: String
         let chunks: String
         let head: String
+        /// Every subject of the stream (and of its companion).
+        let everything: String
+        /// Shared snapshots of the ``StreamLayout/records`` layout.
+        let stateHead: String
+        let stateChunks: String
 
         init(stream: String) {
             self.stream = stream
             meta = stream + "_META"
             actions = "storesync.\(stream).actions"
+            records = "storesync.\(stream).records"
             genesis = "storesync.\(stream).genesis"
             lease = "storesync.\(stream).meta.lease"
             chunks = "storesync.\(stream).meta.chunks"
             head = "storesync.\(stream).meta.head"
+            everything = "storesync.\(stream).>"
+            stateHead = "storesync.\(stream).meta.state.head"
+            stateChunks = "storesync.\(stream).meta.state.chunks"
         }
     }
 
@@ -85,20 +98,36 @@ package final class JetStreamLog: HubLog {
     ///
     /// - Parameters:
     ///   - configuration: The servers, the stream, credentials, replicas, retention.
-    ///   - fingerprint: The app's fingerprint: a stream started by another app is refused.
+    ///   - fingerprint: The app's fingerprint: a new stream's genesis names it.
+    ///   - accepts: The versions this hub carries, oldest first (default: `fingerprint` alone):
+    ///     a stream started by another app is refused.
     ///   - dataDirectory: Where to keep local snapshots for a fast restart, if anywhere.
     ///   - stopDescriptor: Readable when the hub should stop: opening gives up waiting.
-    ///   - note: The log sink.
-    package init(configuration: SharedLogConfiguration, fingerprint: String, dataDirectory: String?,
+    ///   - logger: The log sink.
+    package init(configuration: SharedLogConfiguration, fingerprint: String, accepts: [String]? = nil, dataDirectory: String?,
                  stopDescriptor: Int32? = nil, logger: HubLogger) {
         self.stopDescriptor = stopDescriptor
         self.configuration = configuration
         self.fingerprint = fingerprint
+        let accepts = accepts ?? [fingerprint]
+        self.accepts = accepts.contains { JSONKey($0) == JSONKey(fingerprint) } ? accepts : accepts + [fingerprint]
         self.dataDirectory = dataDirectory
         self.logger = logger
         names = Names(stream: configuration.stream)
-        worker = Worker(configuration: configuration, names: names, logger: logger)
+        worker = Worker(configuration: configuration, names: names,
+                        metadata: LogPeer.metadata(label: Self.hubLabel, versions: self.accepts), logger: logger)
     }
+
+    /// How this hub names itself to the other hubs of the stream (in its consumer's metadata).
+    static let hubLabel: String = {
+        var buffer = [CChar](repeating: 0, count: 256)
+        let host = gethostname(&buffer, buffer.count) == 0
+            ? String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?"
+        return "\(host) pid \(getpid())"
+    }()
+
+    /// Whether `app` is one of the versions this hub carries.
+    private func carries(_ app: String) -> Bool { accepts.contains { JSONKey($0) == JSONKey(app) } }
 
     deinit { close() }
 
@@ -224,9 +253,9 @@ package final class JetStreamLog: HubLog {
             throw failure
         }
         do throws(StorageError) {
-            let (history, start) = try prepare(connection)
+            let (history, start, layout) = try prepare(connection)
             let position = start.position ?? LogPosition(seq: 0, streamSeq: 1, tag: "")
-            worker.start(connection: connection, history: history, next: position.seq + 1, position: position)
+            worker.start(connection: connection, history: history, next: position.seq + 1, position: position, layout: layout)
             started = true
             return start
         } catch {
@@ -242,7 +271,7 @@ package final class JetStreamLog: HubLog {
     /// Creates what is missing (the streams, the genesis), checks the app, and reads what the
     /// hub starts from: the newest snapshot (shared, or local when that is newer) and every
     /// record after it.
-    private func prepare(_ connection: NATSConnection) throws(StorageError) -> (String, LogStart) {
+    private func prepare(_ connection: NATSConnection) throws(StorageError) -> (String, LogStart, StreamLayout) {
         do {
             try ensureStream(connection, name: names.stream, subjects: [names.actions, names.genesis])
             try ensureStream(connection, name: names.meta, subjects: ["storesync.\(names.stream).meta.>"])
@@ -250,13 +279,16 @@ package final class JetStreamLog: HubLog {
             guard let app = genesis["app"]?.stringValue, let history = genesis["history"]?.stringValue else {
                 throw StorageError("the stream \(names.stream)'s genesis record is unreadable; it was not written by a StoreSync hub", isDataProblem: true)
             }
-            guard JSONKey(app) == JSONKey(fingerprint) else {
-                throw StorageError("app-mismatch: the shared log \(configuration.redacted) was started by app \(app), this hub runs \(fingerprint); start the hub with the app that started it, or use another stream", isDataProblem: true)
+            guard carries(app) else {
+                throw StorageError("app-mismatch: the shared log \(configuration.redacted) was started by app \(ControlCharacters.escaped(app)), this hub runs \(accepts.joined(separator: ", ")); start the hub with a build that carries the app that started it, or use another stream", isDataProblem: true)
             }
             var start = LogStart(history: history)
+            // The genesis keeps the version the stream was started with; upgrade records say
+            // the versions after it, and a snapshot the version of its state.
+            start.fingerprint = app
             start.sources.append(configuration.redacted)
             if let directory = dataDirectory {
-                let local = try LocalSnapshots(directory: directory, fingerprint: fingerprint, history: history,
+                let local = try LocalSnapshots(directory: directory, accepts: accepts, history: history,
                                                log: configuration.redacted)
                 localSnapshots = local
                 // Only a snapshot that says where it is in the stream can be gone on from.
@@ -265,10 +297,15 @@ package final class JetStreamLog: HubLog {
                     start.sources.append(local.path(of: snapshot.seq))
                 }
             }
-            if let shared = try readSharedSnapshot(connection, history: history),
-               shared.seq > (start.snapshot?.seq ?? 0) {
-                start.snapshot = shared
-                start.sources.append("the shared snapshot at seq \(shared.seq)")
+            for layout in [StreamLayout.records, .actions] {
+                if let shared = try readSharedSnapshot(connection, history: history, layout: layout),
+                   shared.seq > (start.snapshot?.seq ?? 0) {
+                    start.snapshot = shared
+                    start.sources.append("the shared snapshot at seq \(shared.seq)")
+                }
+            }
+            if let snapshot = start.snapshot, let app = snapshot.app {
+                start.fingerprint = app
             }
             start.replicaLease = try readLease(connection).below
             // After the snapshot, or after the genesis (stream seq 1) without one.
@@ -280,6 +317,7 @@ package final class JetStreamLog: HubLog {
                 failure.isTransient = true
                 throw failure
             }
+            let layout = StreamLayout.of(info, names: names) ?? .actions
             let last = Self.lastStreamSeq(in: info)
             if from.streamSeq < last {
                 // The messages after the snapshot's must all still be in the stream.
@@ -295,7 +333,7 @@ package final class JetStreamLog: HubLog {
                 }
             }
             start.largestOrigin = start.records.map(\.origin).max() ?? 0
-            return (history, start)
+            return (history, start, layout)
         } catch let error as StorageError {
             throw error
         } catch let error as NATSError {
@@ -401,9 +439,10 @@ package final class JetStreamLog: HubLog {
         return Stored(seq: seq, data: data, headers: headers)
     }
 
-    /// The stream sequence of the first message on the actions subject, if any.
+    /// The stream sequence of the first message after the genesis (on the records subjects of
+    /// either layout), if any.
     private func firstActionStreamSeq(_ connection: NATSConnection) throws(NATSError) -> UInt64? {
-        guard let first = try getMessage(connection, stream: names.stream, body: ["seq": 1, "next_by_subj": .string(names.actions)]),
+        guard let first = try getMessage(connection, stream: names.stream, body: ["seq": 2, "next_by_subj": .string(names.everything)]),
               first.seq >= 2 else {
             // None, or an answer that puts an action at or before the genesis: nothing to say.
             return nil
@@ -431,8 +470,10 @@ package final class JetStreamLog: HubLog {
         let config: JSON = ["stream_name": .string(names.stream), "config": [
             "deliver_subject": .string(deliver), "deliver_policy": "by_start_sequence", "opt_start_seq": JSON(streamNext),
             "ack_policy": "none", "flow_control": true, "idle_heartbeat": 1_000_000_000,
-            "inactive_threshold": 5_000_000_000,
+            "inactive_threshold": 5_000_000_000, "metadata": worker.metadata,
         ]]
+        // Left to expire (5 s): deleting it would need a permission older deployments lack. It
+        // names this hub like its reading consumer, so the stream's list of hubs counts it once.
         _ = try connection.jetStream("CONSUMER.CREATE." + names.stream, config)
         var idle = ContinuousClock.now
         while streamNext <= through {
@@ -514,8 +555,8 @@ package final class JetStreamLog: HubLog {
     /// - Returns: The records, or why the message is not a batch of them (text from the message escaped).
     static func validRecords(_ message: NATSMessage, names: Names, keys: LogKeys, history: String, next: UInt64,
                              previousTag: String) -> Result<[LogRecord], StorageError> {
-        guard message.subject == names.actions else {
-            return .failure(StorageError("it was published on \(ControlCharacters.escaped(String(message.subject.prefix(200)))), not on \(names.actions)"))
+        guard message.subject == names.actions || message.subject == names.records else {
+            return .failure(StorageError("it was published on \(ControlCharacters.escaped(String(message.subject.prefix(200)))), not on \(names.actions) or \(names.records)"))
         }
         guard let tag = message.headers?[Replicator.tagHeader] else {
             return .failure(StorageError("it carries no \(Replicator.tagHeader) tag: no hub of this stream wrote it"))
@@ -541,8 +582,8 @@ package final class JetStreamLog: HubLog {
         return .success(records)
     }
 
-    private func readSharedSnapshot(_ connection: NATSConnection, history: String) throws(NATSError) -> StoredSnapshot? {
-        guard let head = try lastMessage(connection, stream: names.meta, subject: names.head),
+    private func readSharedSnapshot(_ connection: NATSConnection, history: String, layout: StreamLayout) throws -> StoredSnapshot? {
+        guard let head = try lastMessage(connection, stream: names.meta, subject: layout.headSubject(names)),
               let json = try? JSON(parsing: head.data), json["history"]?.stringValue == history,
               let seq = json["seq"]?.uint64Value, let chunks = json["chunks"]?.intValue, let first = json["first"]?.uint64Value,
               (1...(1 << 20)).contains(chunks), let tag = json["tag"]?.stringValue,
@@ -561,7 +602,7 @@ package final class JetStreamLog: HubLog {
             reads += 1
             guard reads <= chunks * 2 + 1_000,
                   let chunk = try getMessage(connection, stream: names.meta,
-                                             body: ["seq": JSON(position), "next_by_subj": .string(names.chunks)]) else { return nil }
+                                             body: ["seq": JSON(position), "next_by_subj": .string(layout.chunkSubject(names))]) else { return nil }
             position = chunk.seq + 1
             guard chunk.headers?["StoreSync-Snapshot"] == tag else { continue }
             body.append(contentsOf: chunk.data)
@@ -571,6 +612,9 @@ package final class JetStreamLog: HubLog {
               case .success(let snapshot) = StoredSnapshot.read(parsed), snapshot.seq == seq, snapshot.position != nil else {
             logger.warning("the shared snapshot at seq \(seq) is damaged; starting from an older one")
             return nil
+        }
+        if let app = snapshot.app, !carries(app) {
+            throw StorageError("app-mismatch: the shared log \(configuration.redacted) was upgraded to app \(ControlCharacters.escaped(app)) (its shared snapshot at seq \(seq) holds a state of that version), and this hub carries \(accepts.joined(separator: ", ")); start it with a build that carries \(ControlCharacters.escaped(app))", isDataProblem: true)
         }
         return snapshot
     }
@@ -663,6 +707,17 @@ package final class JetStreamLog: HubLog {
     package var isShared: Bool { true }
     package var mayRefuse: Bool { true }
 
+    package func hubs() throws(StorageError) -> [LogPeer] {
+        guard case .hubs(let result) = try worker.ask(.hubs) else { throw StorageError("the shared log answered another question") }
+        return try result.get()
+    }
+
+    package func prepareUpgrade() throws(StorageError) {
+        guard case .moved(let result) = try worker.ask(.moveToRecords) else { throw StorageError("the shared log answered another question") }
+        let layout = try result.get()
+        logger.notice("the stream \(names.stream) is in the \(layout.rawValue) layout: hubs that predate upgrade records can no longer write to it")
+    }
+
     package func close() {
         guard started else { return }
         started = false
@@ -682,7 +737,7 @@ final class LocalSnapshots {
     private let lockFD: Int32
     private(set) var newest: StoredSnapshot?
 
-    init(directory: String, fingerprint: String, history: String, log: String) throws(StorageError) {
+    init(directory: String, accepts: [String], history: String, log: String) throws(StorageError) {
         self.directory = directory
         do throws(SystemError) {
             try FileSystem.makeDirectory(directory)
@@ -714,9 +769,9 @@ final class LocalSnapshots {
         }
         let metaPath = directory + "/" + FileLog.metaName
         if let bytes = try? FileSystem.read(metaPath), let meta = try? JSON(parsing: bytes) {
-            guard meta["app"]?.stringValue.map({ JSONKey($0) == JSONKey(fingerprint) }) == true else {
+            guard let app = meta["app"]?.stringValue, accepts.contains(where: { JSONKey($0) == JSONKey(app) }) else {
                 close()
-                throw StorageError("app-mismatch: the data directory \(directory) was written by app \(meta["app"]?.stringValue ?? "?"), this hub runs \(fingerprint); use another --data-dir", isDataProblem: true)
+                throw StorageError("app-mismatch: the data directory \(directory) was written by app \(ControlCharacters.escaped(meta["app"]?.stringValue ?? "?")), this hub runs \(accepts.joined(separator: ", ")); use another --data-dir", isDataProblem: true)
             }
             if meta["history"]?.stringValue != history {
                 // Another history (or a file log's directory): its snapshots say nothing about this log.
@@ -724,7 +779,7 @@ final class LocalSnapshots {
                 throw StorageError("the data directory \(directory) holds history \(meta["history"]?.stringValue ?? "?"), the shared log \(log) history \(history); give this hub an empty --data-dir for its local snapshots", isDataProblem: true)
             }
         } else {
-            let meta: JSON = ["app": .string(fingerprint), "format": JSON(JournalFormat.currentFormat),
+            let meta: JSON = ["app": .string(accepts.last ?? ""), "format": JSON(JournalFormat.currentFormat),
                               "history": .string(history), "log": .string(log)]
             do throws(SystemError) {
                 try handle.writeAtomically(FileLog.metaName, meta.canonicalBytes)

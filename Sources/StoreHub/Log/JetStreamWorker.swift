@@ -19,6 +19,22 @@ extension JetStreamLog {
         case propose([LogRecord], expectingLast: UInt64, epoch: Int)
         case snapshot(StoredSnapshot)
         case lease(from: Int, count: Int, answer: LeaseAnswer)
+        /// A question the hub's thread waits for (``Worker/ask(_:timeout:)``), numbered.
+        case ask(Question, number: Int)
+    }
+
+    /// What the hub's thread asks the worker and waits for (an upgrade's checks).
+    enum Question: Equatable {
+        /// The hubs reading the stream (``LogPeer``), from its consumers.
+        case hubs
+        /// Move the stream to ``StreamLayout/records`` (done already: nothing to do).
+        case moveToRecords
+    }
+
+    /// The worker's answer to a ``Question``.
+    enum Answer: Equatable {
+        case hubs(Result<[LogPeer], StorageError>)
+        case moved(Result<StreamLayout, StorageError>)
     }
 
     /// Where a lease's result goes: to the thread waiting in ``Worker/reserve(from:count:)``,
@@ -66,6 +82,9 @@ extension JetStreamLog {
             var available = false
             var stopping = false
             var lease: Result<Range<Int>, StorageError>?
+            /// The number of the question the hub's thread waits for, and its answer once given.
+            var asked = 0
+            var answer: Answer?
         }
 
         private let shared = Locked(Shared())
@@ -79,11 +98,15 @@ extension JetStreamLog {
         let readyFD: Int32
         private let readyWrite: Int32
         private let leaseDone = DispatchSemaphore(value: 0)
+        private let answered = DispatchSemaphore(value: 0)
+        /// What this hub's consumers say about it (``LogPeer/metadata(label:versions:)``).
+        let metadata: JSON
         private let finished = DispatchSemaphore(value: 0)
         private let running = Atomic<Bool>(false)
 
-        init(configuration: SharedLogConfiguration, names: Names, logger: HubLogger) {
+        init(configuration: SharedLogConfiguration, names: Names, metadata: JSON, logger: HubLogger) {
             self.configuration = configuration
+            self.metadata = metadata
             self.names = names
             self.logger = logger
             let wake = (try? UnixSocket.makePipe()) ?? (-1, -1)
@@ -124,9 +147,11 @@ extension JetStreamLog {
         /// Starts the worker thread on an open connection, reading the stream from hub seq `next`.
         /// The chain check (``State/lastReadHash``) starts with the first record it reads: only
         /// bytes read from the stream are hashed.
-        func start(connection: NATSConnection, history: String, next: UInt64, position: LogPosition) {
-            let replicator = Replicator(configuration: configuration, names: names, history: history, next: next, position: position,
+        func start(connection: NATSConnection, history: String, next: UInt64, position: LogPosition, layout: StreamLayout) {
+            var replicator = Replicator(configuration: configuration, names: names, history: history, next: next, position: position,
                                         runID: Digest.hex(UInt64.random(in: 0...UInt64.max)), now: .now)
+            replicator.layout = layout
+            replicator.consumerMetadata = metadata
             let carrier = Carrier(worker: self, replicator: replicator, connection: connection)
             running.store(true, ordering: .releasing)
             let thread = Thread { [self] in
@@ -204,7 +229,40 @@ extension JetStreamLog {
             return try result.get()
         }
 
+        /// Asks the worker a question and waits for its answer.
+        ///
+        /// - Parameters:
+        ///   - question: The question.
+        ///   - timeout: The longest wait.
+        /// - Returns: The answer.
+        /// - Throws: ``StorageError`` when none comes in time.
+        func ask(_ question: Question, timeout: Duration = .seconds(10)) throws(StorageError) -> Answer {
+            let number = shared.withLock { shared -> Int in
+                shared.asked += 1
+                shared.answer = nil
+                return shared.asked
+            }
+            enqueue(.ask(question, number: number))
+            let deadline = ContinuousClock.now + timeout
+            while true {
+                let left = deadline - .now
+                let milliseconds = max(0, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000)
+                let timedOut = answered.wait(timeout: .now() + .milliseconds(Int(milliseconds))) == .timedOut
+                if let answer = shared.withLock({ $0.asked == number ? $0.answer : nil }) { return answer }
+                if timedOut || ContinuousClock.now >= deadline {
+                    throw StorageError("the shared log did not answer within \(timeout) (NATS unreachable?)")
+                }
+            }
+        }
+
         // MARK: The worker's side
+
+        fileprivate func finishQuestion(_ answer: Answer, number: Int) {
+            shared.withLock { shared in
+                if shared.asked == number { shared.answer = answer }
+            }
+            answered.signal()
+        }
 
         fileprivate func wakeWorker() {
             var byte: UInt8 = 1
@@ -342,6 +400,8 @@ extension JetStreamLog {
                 worker.logger.log(level: level, message)
             case .finishLease(let result):
                 worker.finishLease(result)
+            case .answer(let answer, let number):
+                worker.finishQuestion(answer, number: number)
             }
         }
 
@@ -406,6 +466,11 @@ extension JetStreamLog {
                 flushToHub()
             }
             flushToHub()
+            // Best effort (a user without the permission gets its consumer expired 10 s later):
+            // the stream's list of hubs loses this one at once.
+            if let name = replicator.consumerName {
+                _ = try? connection?.jetStream("CONSUMER.DELETE.\(replicator.names.stream).\(name)", nil, timeoutMilliseconds: 500)
+            }
             connection?.close()
         }
 

@@ -68,6 +68,8 @@ extension JetStreamLog {
             case diagnostic(HubLogger.Level, String)
             /// Answers the thread waiting in ``Worker/reserve(from:count:)``.
             case finishLease(Result<Range<Int>, StorageError>)
+            /// Answer the question the hub's thread waits for (``Worker/ask(_:timeout:)``).
+            case answer(Answer, number: Int)
         }
 
         /// The link to NATS: one state, no flags beside it.
@@ -110,6 +112,12 @@ extension JetStreamLog {
             case verify(streamSeq: UInt64)
             /// `STREAM.MSG.GET`: the leader's copy of the last record applied (the chain check).
             case chainCheck(streamSeq: UInt64, applied: String)
+            /// `CONSUMER.LIST` from `offset`, for question `number`, with the hubs found so far.
+            case hubs(number: Int, offset: Int, found: [LogPeer])
+            /// `STREAM.INFO` before moving the stream to the records layout, for question `number`.
+            case moveInfo(number: Int)
+            /// `STREAM.UPDATE` moving the stream to the records layout, for question `number`.
+            case moveUpdate(number: Int)
             /// `STREAM.INFO`: whether the stream has a leader again (after a publish answered 503).
             case leader
             /// `STREAM.MSG.GET`: the oldest action message (for `status`).
@@ -214,7 +222,12 @@ extension JetStreamLog {
         let keys: LogKeys
         /// Names this hub's proposals without a session (chosen once by the worker).
         let runID: String
+        /// What this hub's consumers say about it (``LogPeer``).
+        var consumerMetadata: JSON = [:]
 
+        /// Where records and snapshots go (``StreamLayout``): learned from every `STREAM.INFO`
+        /// answer, and changed (once, one way) by an upgrade.
+        var layout: StreamLayout = .actions
         // MARK: State
 
         /// The link to NATS.
@@ -231,6 +244,9 @@ extension JetStreamLog {
         /// The consumer's deliver subject ("" when none): JetStream's own heartbeats and flow
         /// control come on it too.
         private(set) var deliverSubject = ""
+        /// The name NATS gave the consumer reading now (deleted when the hub stops, so the
+        /// stream's list of hubs loses it at once).
+        private(set) var consumerName: String?
         private var consumerCounter = 0
         /// Counts consumers started and switches to record-by-record reads: what was held for
         /// one reading is not the order of the next.
@@ -531,6 +547,9 @@ extension JetStreamLog {
             case .snapshotChunk: snapshotChunkWritten(answer)
             case .snapshotHeadWrite: snapshotHeadWritten(answer)
             case .purge: break
+            case .hubs(let number, let offset, let found): hubsListed(number: number, offset: offset, found: found, answer)
+            case .moveInfo(let number): moveInfoAnswered(number: number, answer)
+            case .moveUpdate(let number): moveUpdateAnswered(number: number, answer)
             }
         }
 
@@ -551,10 +570,17 @@ extension JetStreamLog {
             let leases = waitingLeases
             waitingLeases.removeAll()
             for lease in leases { answerLease(lease, .failure(StorageError("cannot reserve replica ids in the shared log: \(reason)"))) }
+            let questions = waitingQuestions
+            waitingQuestions.removeAll()
+            for (question, number) in questions { answer(question, number: number, failure: reason) }
             for (_, request) in abandoned {
                 switch request.purpose {
                 case .leaseRead(let lease), .leaseWrite(let lease, _):
                     answerLease(lease, .failure(StorageError("cannot reserve replica ids in the shared log: \(reason)")))
+                case .hubs(let number, _, _):
+                    effects.append(.answer(.hubs(.failure(StorageError("the shared log did not list its hubs: \(reason)"))), number: number))
+                case .moveInfo(let number), .moveUpdate(let number):
+                    effects.append(.answer(.moved(.failure(StorageError("the stream was not moved to the records layout: \(reason)"))), number: number))
                 case .snapshotHead, .snapshotChunk, .snapshotHeadWrite:
                     if let job = snapshotJob {
                         note("could not publish the shared snapshot at seq \(job.snapshot.seq): \(reason)")
@@ -629,6 +655,9 @@ extension JetStreamLog {
                 let leases = waitingLeases
                 waitingLeases.removeAll()
                 for lease in leases { readLease(lease) }
+                let questions = waitingQuestions
+                waitingQuestions.removeAll()
+                for (question, number) in questions { ask(question, number: number) }
                 // A snapshot handed over while the link was down goes now.
                 if snapshotJob == nil, let waiting = nextSnapshot {
                     nextSnapshot = nil
@@ -733,7 +762,7 @@ extension JetStreamLog {
                 // Every subject: a message on another subject is skipped like any message that
                 // is not a valid record (a filter would leave gaps in the stream seqs).
                 "ack_policy": "none", "flow_control": true, "idle_heartbeat": 1_000_000_000,
-                "inactive_threshold": 10_000_000_000,
+                "inactive_threshold": 10_000_000_000, "metadata": consumerMetadata,
             ]]
             jetStream("CONSUMER.CREATE." + names.stream, config, for: .consumer(subject: deliver))
             lastDelivery = now
@@ -742,7 +771,8 @@ extension JetStreamLog {
         private mutating func consumerCreated(subject: String, _ answer: Result<JSON, NATSError>) {
             guard subject == deliverSubject else { return }
             switch answer {
-            case .success:
+            case .success(let json):
+                consumerName = json["name"]?.stringValue.map { String($0.prefix(256)) }
                 lastDelivery = now
                 if polling { note("reading the shared log with a consumer again, from seq \(next)") }
                 polling = false
@@ -868,7 +898,7 @@ extension JetStreamLog {
             // This hub's own oldest proposal read back: its bytes and tag at the place it was
             // meant for. It is applied from the hub's copy, so the record is not decoded again.
             if let first = pending.first, position == first.expectedStream + 1, first.record.seq == next,
-               message.subject == names.actions, message.payload == first.payload,
+               message.subject == names.actions || message.subject == names.records, message.payload == first.payload,
                message.headers?[Self.tagHeader] == first.tag {
                 guard mayApply(first, delivered: message) else { return }
                 pending.removeFirst()
@@ -1102,6 +1132,10 @@ extension JetStreamLog {
 
         /// Keeps the stream leader's name from a `STREAM.INFO` answer (for `status`).
         private mutating func noteLeader(_ info: JSON) {
+            if layout == .actions, StreamLayout.of(info, names: names) == .records {
+                layout = .records
+                note("the stream \(names.stream) was moved to the records layout (an upgrade): records go on \(names.records) from now on", .notice)
+            }
             let name = info["cluster"]?["leader"]?.stringValue ?? ""
             guard name != facts.leader else { return }
             facts.leader = String(name.prefix(256))
@@ -1244,9 +1278,12 @@ extension JetStreamLog {
 
         private mutating func handle(_ command: Command) {
             if halted {
-                // Nothing built on a broken history goes out; a waiting lease is answered.
+                // Nothing built on a broken history goes out; a waiting lease or question is answered.
                 if case .lease(_, _, .waiter) = command {
                     effects.append(.finishLease(.failure(StorageError("the shared log stopped: this hub's history is broken"))))
+                }
+                if case .ask(let question, let number) = command {
+                    answer(question, number: number, failure: "the shared log stopped: this hub's history is broken")
                 }
                 return
             }
@@ -1255,6 +1292,13 @@ extension JetStreamLog {
                 propose(records, expectingLast: expectingLast, epoch: epoch)
             case .snapshot(let snapshot):
                 if snapshotJob == nil { startSnapshot(snapshot) } else { nextSnapshot = snapshot }
+            case .ask(let question, let number):
+                switch link {
+                case .up: ask(question, number: number)
+                // Asked as the link opens (`hubd --upgrade`): answered once it is up.
+                case .opening: waitingQuestions.append((question, number))
+                case .down, .connecting, .halted: answer(question, number: number, failure: "the shared log is unreachable")
+                }
             case .lease(let from, let count, let answer):
                 let lease = LeaseRequest(from: from, count: count, answer: answer, attempt: 0)
                 switch link {
@@ -1379,7 +1423,7 @@ extension JetStreamLog {
             item.attempts += 1
             let headers = NATSHeaders([("Nats-Msg-Id", item.msgID), ("Nats-Expected-Last-Sequence", String(item.expectedStream)),
                                        (Self.tagHeader, item.tag)])
-            effects.append(.publish(subject: names.actions, reply: ackSubject, headers: headers, payload: item.payload))
+            effects.append(.publish(subject: layout.recordSubject(names), reply: ackSubject, headers: headers, payload: item.payload))
         }
 
         private mutating func resendPending() {
@@ -1556,7 +1600,7 @@ extension JetStreamLog {
             refreshFirstSeq()
             // The stream's end and its leader (which may have changed without this hub noticing).
             askStreamEnd(recheck: false)
-            jetStream("STREAM.MSG.GET." + names.meta, ["last_by_subj": .string(names.head)], for: .sharedHead)
+            jetStream("STREAM.MSG.GET." + names.meta, ["last_by_subj": .string(layout.headSubject(names))], for: .sharedHead)
         }
 
         private mutating func sharedHeadAnswered(_ answer: Result<JSON, NATSError>) {
@@ -1570,7 +1614,7 @@ extension JetStreamLog {
         /// Asks which action is the oldest the stream holds (for `status`).
         private mutating func refreshFirstSeq() {
             guard !isAsking({ $0 == .firstSeq }) else { return }
-            jetStream("STREAM.MSG.GET." + names.stream, ["seq": 1, "next_by_subj": .string(names.actions)], for: .firstSeq)
+            jetStream("STREAM.MSG.GET." + names.stream, ["seq": 2, "next_by_subj": .string(names.everything)], for: .firstSeq)
         }
 
         private mutating func firstSeqAnswered(_ answer: Result<JSON, NATSError>) {
@@ -1581,6 +1625,84 @@ extension JetStreamLog {
             let first = bytes.split(separator: UInt8(ascii: "\n"), maxSplits: 1, omittingEmptySubsequences: false).first ?? []
             guard let seq = first.withUnsafeBytes({ LogRecord(canonicalBody: $0) })?.seq else { return }
             facts.firstSeq = seq
+        }
+
+        // MARK: Upgrades' questions
+
+        /// Questions asked while the link was opening.
+        private var waitingQuestions: [(Question, Int)] = []
+
+        private mutating func ask(_ question: Question, number: Int) {
+            switch question {
+            case .hubs:
+                jetStream("CONSUMER.LIST." + names.stream, ["offset": 0], for: .hubs(number: number, offset: 0, found: []))
+            case .moveToRecords where layout == .records:
+                effects.append(.answer(.moved(.success(.records)), number: number))
+            case .moveToRecords:
+                jetStream("STREAM.INFO." + names.stream, nil, for: .moveInfo(number: number))
+            }
+        }
+
+        private mutating func answer(_ question: Question, number: Int, failure: String) {
+            switch question {
+            case .hubs: effects.append(.answer(.hubs(.failure(StorageError(failure))), number: number))
+            case .moveToRecords: effects.append(.answer(.moved(.failure(StorageError(failure))), number: number))
+            }
+        }
+
+        /// The most pages of consumers read (256 each): a stream with more is not listed whole.
+        static let maxConsumerPages = 16
+
+        private mutating func hubsListed(number: Int, offset: Int, found: [LogPeer], _ answer: Result<JSON, NATSError>) {
+            switch answer {
+            case .failure(let error):
+                effects.append(.answer(.hubs(.failure(StorageError("the shared log did not list its hubs: \(error.message)"))), number: number))
+            case .success(let json):
+                let page = json["consumers"]?.arrayValue?.count ?? 0
+                let all = found + LogPeer.peers(in: json)
+                let total = json["total"]?.intValue ?? 0
+                let read = offset + page
+                if page > 0, read < total, read / max(1, page) < Self.maxConsumerPages {
+                    jetStream("CONSUMER.LIST." + names.stream, ["offset": JSON(read)], for: .hubs(number: number, offset: read, found: all))
+                } else if page > 0, read < total {
+                    effects.append(.answer(.hubs(.failure(StorageError("the stream \(names.stream) has \(total) consumers, more than this hub lists; remove the ones that are not hubs"))), number: number))
+                } else {
+                    var seen: Set<String> = []
+                    effects.append(.answer(.hubs(.success(all.filter { seen.insert($0.name).inserted })), number: number))
+                }
+            }
+        }
+
+        private mutating func moveInfoAnswered(number: Int, _ answer: Result<JSON, NATSError>) {
+            switch answer {
+            case .failure(let error):
+                effects.append(.answer(.moved(.failure(StorageError("the stream \(names.stream) was not moved to the records layout: \(error.message)"))), number: number))
+            case .success(let info):
+                noteLeader(info)
+                if layout == .records {
+                    effects.append(.answer(.moved(.success(.records)), number: number))
+                    return
+                }
+                guard let config = StreamLayout.movedConfiguration(info, names: names) else {
+                    effects.append(.answer(.moved(.failure(StorageError("the stream \(names.stream)'s configuration is unreadable; it was not moved to the records layout"))), number: number))
+                    return
+                }
+                jetStream("STREAM.UPDATE." + names.stream, config, for: .moveUpdate(number: number))
+            }
+        }
+
+        private mutating func moveUpdateAnswered(number: Int, _ answer: Result<JSON, NATSError>) {
+            switch answer {
+            case .failure(let error):
+                effects.append(.answer(.moved(.failure(StorageError("the stream \(names.stream) was not moved to the records layout (\(error.message)); the hub needs permission to update it (STREAM.UPDATE)"))), number: number))
+            case .success(let info):
+                noteLeader(info)
+                guard layout == .records else {
+                    effects.append(.answer(.moved(.failure(StorageError("NATS did not move the stream \(names.stream) to the records layout (its subjects are unchanged)"))), number: number))
+                    return
+                }
+                effects.append(.answer(.moved(.success(.records)), number: number))
+            }
         }
 
         // MARK: Leases
@@ -1651,7 +1773,7 @@ extension JetStreamLog {
             // comes (another hub's snapshot, published meanwhile, wins and ours is dropped): a
             // head's writer then purges only chunks older than its own, never chunks a newer
             // head needs.
-            jetStream("STREAM.MSG.GET." + names.meta, ["last_by_subj": .string(names.head)], for: .snapshotHead)
+            jetStream("STREAM.MSG.GET." + names.meta, ["last_by_subj": .string(layout.headSubject(names))], for: .snapshotHead)
         }
 
         /// The snapshot being published is done (written, or given up): the next waiting one starts.
@@ -1684,7 +1806,7 @@ extension JetStreamLog {
             guard let job = snapshotJob else { return }
             let end = min(job.body.count, job.offset + job.chunkSize)
             let headers = NATSHeaders([("StoreSync-Snapshot", job.tag), ("StoreSync-Chunk", String(job.chunks))])
-            request(.snapshotChunk, subject: names.chunks, headers: headers, payload: Array(job.body[job.offset..<end]),
+            request(.snapshotChunk, subject: layout.chunkSubject(names), headers: headers, payload: Array(job.body[job.offset..<end]),
                     timeout: Self.chunkTimeout)
         }
 
@@ -1708,7 +1830,7 @@ extension JetStreamLog {
                                   "chunks": JSON(job.chunks), "first": JSON(job.first), "bytes": JSON(job.body.count),
                                   "tag": .string(job.tag), "content": .string(SHA256.hex(SHA256.hash(job.body)))]
                 let headBytes = head.canonicalBytes
-                request(.snapshotHeadWrite, subject: names.head,
+                request(.snapshotHeadWrite, subject: layout.headSubject(names),
                         headers: NATSHeaders([("Nats-Expected-Last-Subject-Sequence", String(job.headSubjectSeq)),
                                               (Self.tagHeader, keys.tag(.snapshotHead(body: headBytes, contentDigest: [])))]),
                         payload: headBytes)
@@ -1728,16 +1850,19 @@ extension JetStreamLog {
             guard case .success(let ack) = answer, let headSeq = ack["seq"]?.uint64Value else { return }
             facts.sharedSnapshotSeq = max(facts.sharedSnapshotSeq, job.snapshot.seq)
             // Older snapshots go; the newest stays.
-            jetStream("STREAM.PURGE." + names.meta, ["filter": .string(names.chunks), "seq": JSON(job.first)], for: .purge)
-            jetStream("STREAM.PURGE." + names.meta, ["filter": .string(names.head), "seq": JSON(headSeq)], for: .purge)
+            jetStream("STREAM.PURGE." + names.meta, ["filter": .string(layout.chunkSubject(names)), "seq": JSON(job.first)], for: .purge)
+            jetStream("STREAM.PURGE." + names.meta, ["filter": .string(layout.headSubject(names)), "seq": JSON(headSeq)], for: .purge)
             if let retain = configuration.retainActions, job.snapshot.seq > retain {
                 // Actions before the retained window, all covered by this shared snapshot.
                 // Whole messages go: up to the last one that ends before `keepFrom` (none, when
                 // that one is older than what this hub remembers).
                 let keepFrom = job.snapshot.seq - retain + 1
                 if let boundary = boundaries.last(where: { $0.lastSeq < keepFrom }) {
-                    jetStream("STREAM.PURGE." + names.stream,
-                              ["filter": .string(names.actions), "seq": JSON(boundary.streamSeq + 1)], for: .purge)
+                    // Both subjects: records before an upgrade are on `…actions`, after it on `…records`.
+                    for subject in layout == .actions ? [names.actions] : [names.actions, names.records] {
+                        jetStream("STREAM.PURGE." + names.stream,
+                                  ["filter": .string(subject), "seq": JSON(boundary.streamSeq + 1)], for: .purge)
+                    }
                     boundaries.removeAll { $0.streamSeq <= boundary.streamSeq }
                 }
                 refreshFirstSeq()

@@ -182,8 +182,21 @@ final class Sequencer {
     /// applied state (a dispatch is refused `unavailable`; `status`, `welcome` and `history`
     /// are served), so reads never stop while the log cannot be read to the end.
     var isJudging: Bool { !settling && pendingUpgrade == nil && (applier.seq >= catchUpTo || unavailableReason != nil) }
+    /// Whether an upgrade record this hub proposed is in flight.
+    var isUpgrading: Bool { pendingUpgrade != nil }
     /// Storage facts for `status`.
     var logStatus: LogStatus { log.status }
+
+    /// Waits until the log has something to report, at most `milliseconds` (outside the event
+    /// loop only: `hubd --upgrade` before serving).
+    func waitForLog(milliseconds: Int32) {
+        if let readiness = log.readiness {
+            _ = UnixSocket.waitUntil(readiness.fd, timeoutMilliseconds: milliseconds)
+        } else {
+            // A log of the hub's own reports at its next pass: a short pause, then the next one.
+            _ = UnixSocket.waitUntil(-1, timeoutMilliseconds: min(milliseconds, 5))
+        }
+    }
     /// The number of proposals in flight.
     var inFlightCount: Int { proposer.inFlightCount }
 
@@ -425,8 +438,19 @@ final class Sequencer {
         guard versions.isNewer(target, than: current) else {
             return refusal("\(target) is older than the history's \(current): an upgrade only goes forward; to go back, restore a backup taken before the upgrade")
         }
-        if log.isShared {
-            return refusal("the history is on a shared log, and this version of the hub upgrades histories kept in a data directory only (docs/OPERATIONS.md §14)")
+        // On a shared log, every hub reading it: one that predates upgrade records would skip
+        // the record and go on under the old reducer, so it refuses the upgrade.
+        let lacking: [UpgradeReport.Hub]
+        do throws(StorageError) {
+            lacking = try log.hubs().filter { hub in !(hub.versions ?? []).contains { JSONKey($0) == JSONKey(target) } }
+                .map { UpgradeReport.Hub(name: $0.name, versions: $0.versions) }
+        } catch {
+            return .refused(WireError(.unavailable, "the shared log cannot list the hubs reading it (\(error.message)); nothing changed — ask again once it answers"))
+        }
+        let old = lacking.filter { $0.versions == nil }
+        if !old.isEmpty, !dryRun {
+            let names = old.prefix(8).map { ControlCharacters.escaped($0.name) }.joined(separator: ", ")
+            return refusal("\(old.count) hub\(old.count == 1 ? "" : "s") of the shared log cannot read upgrade records (\(names)\(old.count > 8 ? ", …" : "")): each would skip the record and go on under the old version. Replace each hub's binary with one that carries \(target), one at a time, then ask again (a hub that left takes up to 10 s to drop out of the list; docs/OPERATIONS.md §14)")
         }
         let migrated: JSON
         do throws(MigrationError) {
@@ -444,9 +468,16 @@ final class Sequencer {
         }
         let seq = proposer.seq + 1
         let digest = Digest.hex(Digest.fnv1a64(bytes))
-        let report = UpgradeReport(id: id, dryRun: dryRun, changed: !dryRun, seq: dryRun ? proposer.seq : seq, from: current,
+        var report = UpgradeReport(id: id, dryRun: dryRun, changed: !dryRun, seq: dryRun ? proposer.seq : seq, from: current,
                                    to: target, digest: digest, stateBytes: bytes.count, detaches: detaches)
+        report.hubsLacking = lacking
         if dryRun { return .report(report, proposed: false) }
+        // A shared log moves where hubs that predate upgrades cannot write (StreamLayout).
+        do throws(StorageError) {
+            try log.prepareUpgrade()
+        } catch {
+            return .refused(WireError(.unavailable, "the log is not ready for an upgrade record (\(error.message)); nothing changed — ask again once it is back"))
+        }
         if let error = next.restore(migrated) {
             return refusal("the migrated state does not decode as \(target): \(error.message)")
         }
