@@ -250,7 +250,7 @@ public enum ReplicaCommand {
             : command == "dispatch" ? ReconnectPolicy(initialDelay: .milliseconds(50), maxDelay: .seconds(1), maxAttempts: 10)
             : .never
         if command == "inspect" {
-            try await InspectorCommand.run(app, over: connection, options: options)
+            try await InspectorCommand.run(app, over: connection, options: options, carried: carried)
             return
         }
         if command == "state", let seq = options.at {

@@ -238,7 +238,9 @@ struct ReplicaOptions: Equatable {
                                  10000; at least N/2); older states are rebuilt from the hub's
                                  data directory with --data-dir DIR (read only), else from the
                                  hub's resume window.
-                                 Rides through hub restarts; ends on SIGINT or SIGTERM (exit 0).
+                                 Rides through hub restarts, and through an upgrade to a version
+                                 this replica-cli carries (it attaches again as that version, on
+                                 the same address and token); ends on SIGINT or SIGTERM (exit 0).
                                  The app must be built in. See docs/DEBUGGING.md.
           top [--count N] [--interval SECONDS]
                                  A live view of the hub, refreshed every SECONDS (default 1): seq,

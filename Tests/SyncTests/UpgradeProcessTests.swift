@@ -222,4 +222,31 @@ struct UpgradeProcessTests {
             print("note: seed \(seed) gave \(upgradedCount) upgraded restarts out of 20")
         }
     }
+
+    @Test("the inspector of a todos@1 history rides through the upgrade: it attaches again as todos@2 on the same address and token, and shows the migrated state")
+    func inspectorAcrossUpgrade() async throws {
+        let fixture = try Fixture()
+        defer { fixture.shutdown() }
+        let data = fixture.directory + "/data"
+        try await Self.todosV1Directory(fixture, at: data, count: 2)
+        try await fixture.startHub(app: "todos", extra: ["--data-dir", data])
+        // Without --app: the hub's version (todos@1), from its status; the binary carries todos@2 too.
+        let inspector = try fixture.cli(["inspect", "--http", "127.0.0.1:0"], name: "inspector")
+        let line = try await inspector.waitForLine("its URL") { $0.hasPrefix("inspector: http://") }
+        guard let url = URLComponents(string: String(line.dropFirst("inspector: ".count))), let port = url.port,
+              let token = url.queryItems?.first(where: { $0.name == "token" })?.value else {
+            throw HarnessError("no URL in \(line)")
+        }
+        func status() -> String { (try? HTTPProbe.get(port: port, "/api/status?token=\(token)").text) ?? "" }
+        try await waitUntil("the inspector to show seq 2") { status().contains(#""seq":2"#) }
+        let (code, out, err) = try await fixture.runCLI(["upgrade"])
+        #expect(code == 0 && out.first?.hasPrefix("upgraded todos@1 → todos@2 at seq 3") == true, "\(out) \(err)")
+        try await waitUntil("the inspector to attach again as todos@2; stderr: \(inspector.errorLines.suffix(3))") {
+            status().contains(#""fingerprint":"todos@2""#) && status().contains(#""seq":3"#)
+        }
+        #expect(inspector.isRunning)
+        #expect(inspector.errorLines.contains { $0.contains("inspecting it as todos@2") }, "\(inspector.errorLines)")
+        let state = try JSON(parsing: try HTTPProbe.get(port: port, "/api/state?seq=3&token=\(token)").body)
+        #expect((state["state"]?["todos"]?.arrayValue ?? []).count == 2, "\(state.canonicalString)")
+    }
 }

@@ -100,8 +100,17 @@ enum InspectorCommand {
         bytes += "\n\n".utf8
     }
 
-    /// Runs the inspector until SIGINT, SIGTERM, or the hub goes for good.
-    static func run<App: SyncApp>(_ app: App, over connection: HubConnection, options: ReplicaOptions) async throws(ReplicaError) {
+    /// Runs the inspector until SIGINT, SIGTERM, or the hub goes for good. When the history is
+    /// upgraded to a version this binary carries (`carried`), it attaches again as that version,
+    /// on the same address and token: an open page reconnects and goes on.
+    ///
+    /// - Parameters:
+    ///   - app: The app version it attaches as.
+    ///   - connection: The hub.
+    ///   - options: The command line.
+    ///   - carried: The versions this binary carries (default: `app`'s chain).
+    static func run<App: SyncApp>(_ app: App, over connection: HubConnection, options: ReplicaOptions,
+                                  carried: AppVersionChain? = nil) async throws(ReplicaError) {
         let arguments: Arguments
         do throws(UsageError) {
             arguments = try parse(options.arguments)
@@ -115,18 +124,29 @@ enum InspectorCommand {
             fail("inspect: \(error.message)")
         }
         ReplicaCommand.exitOnTerminationSignal()
+        try await serve(app, over: connection, options: options, arguments: arguments, listening: listening, token: newToken(),
+                        carried: carried ?? app.versions)
+    }
+
+    /// Attaches as `app` and serves the page until the replica ends; then attaches again as the
+    /// version the history was upgraded to, when `carried` has it, or exits.
+    private static func serve<App: SyncApp>(_ app: App, over connection: HubConnection, options: ReplicaOptions,
+                                            arguments: Arguments, listening: (fd: Int32, port: Int), token: String,
+                                            carried: AppVersionChain, announced: Bool = false) async throws(ReplicaError) {
         let replica = try Replica.attach(app: app, over: connection, name: options.name ?? "inspector", startReading: false,
                                          reconnect: .automatic)
-        defer { replica.close() }
         let socketPath = connection.path
         // `unobservedState` throughout: the inspector's store is never observed, so its batches
         // announce nothing to Observation.
         let model = preloaded(app, upTo: replica.seq, state: replica.store.unobservedState, keep: arguments.keep,
                               dataDirectory: arguments.dataDirectory, socketPath: socketPath)
-        let token = newToken()
         let server: InspectorServer
         do throws(SystemError) {
-            server = try InspectorServer(listener: listening.fd, port: listening.port,
+            // Each server closes its own copy of the listener as it stops: the socket stays
+            // open for the next one (after an upgrade).
+            let listener = dup(listening.fd)
+            guard listener >= 0 else { throw SystemError("dup: \(String(cString: strerror(errno)))") }
+            server = try InspectorServer(listener: listener, port: listening.port,
                                          access: InspectorAccess(token: token, port: listening.port)) { request in
                 route(request, model: model, socketPath: socketPath)
             }
@@ -166,14 +186,15 @@ enum InspectorCommand {
                 break
             }
         }
-        defer { observer.cancel() }
         replica.startReading()
         Thread.detachNewThread { server.run() }
         // The address it listens on, never the name `localhost`: a browser may try ::1 first for
         // that name, where another local user could listen and be sent the token.
         let shown = arguments.host == "::1" ? "[::1]" : "127.0.0.1"
-        Console.out("inspector: http://\(shown):\(listening.port)/?token=\(token)")
-        Console.out("inspector: open it in a browser on this machine; from another, forward the port first: ssh -L \(listening.port):127.0.0.1:\(listening.port) THIS-HOST")
+        if !announced {
+            Console.out("inspector: http://\(shown):\(listening.port)/?token=\(token)")
+            Console.out("inspector: open it in a browser on this machine; from another, forward the port first: ssh -L \(listening.port):127.0.0.1:\(listening.port) THIS-HOST")
+        }
         // The hub's status once a second: replicas, lag, storage and the log's health.
         let poller = Task {
             while !Task.isCancelled {
@@ -189,6 +210,15 @@ enum InspectorCommand {
         let reason = await replica.waitUntilDisconnected()
         poller.cancel()
         server.stop()
+        observer.cancel()
+        replica.close()
+        if case .appOutdated(let outdated) = reason, let notice = outdated.notice, let next = carried.app(notice.to),
+           let again = try? HubConnection(path: socketPath) {
+            Console.error("inspect: the history was upgraded from \(ControlCharacters.escaped(notice.from)) to \(ControlCharacters.escaped(notice.to)) at seq \(notice.seq); inspecting it as \(ControlCharacters.escaped(notice.to)) (open pages reconnect)")
+            try await serve(next, over: again, options: options, arguments: arguments, listening: listening, token: token,
+                            carried: carried, announced: true)
+            return
+        }
         fail(reason.description)
     }
 
