@@ -21,7 +21,6 @@ private final class ScriptedLog: HubLog {
         pending.removeAll()
     }
     var readiness: LogReadiness? { nil }
-    var nextDeadline: ContinuousClock.Instant? { nil }
     func reserveReplicaIDs(from next: Int, count: Int) throws(StorageError) -> Range<Int> { next..<(next + count) }
     func requestReplicaIDs(from next: Int, count: Int) { leaseRequests.append(next..<(next + count)) }
     var leaseRequests: [Range<Int>] = []

@@ -224,7 +224,6 @@ package final class FileLog: HubLog {
     }
 
     package var readiness: LogReadiness? { nil }
-    package var nextDeadline: ContinuousClock.Instant? { nil }
     package var isShared: Bool { false }
     package var mayRefuse: Bool { true }
 

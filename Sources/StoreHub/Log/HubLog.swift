@@ -16,9 +16,8 @@ import SyncCore
 /// 4. ``poll(into:)`` yields, in log order, every record appended (whichever hub wrote it),
 ///    and conflicts (another writer got there first), failures and doubts about proposals.
 ///
-/// The event loop waits on ``readiness`` (a descriptor, for a log that talks to a server)
-/// and ``nextDeadline`` (timers), and calls `poll` after every wait. All calls come from the
-/// event-loop thread.
+/// The event loop waits on ``readiness`` (a descriptor, for a log that talks to a server),
+/// and calls `poll` after every wait. All calls come from the event-loop thread.
 ///
 /// ``FileLog`` and ``MemoryLog`` are the special case of one writer: every proposal is
 /// accepted and reported appended at the next `flush`, or every proposal of the pass fails
@@ -50,13 +49,9 @@ package protocol HubLog: AnyObject {
     /// - Parameter events: Where the events go (appended to).
     func poll(into events: inout [LogEvent])
 
-    /// A descriptor the event loop waits on (and whether it wants to write), or `nil` for a
-    /// log with nothing to wait for.
+    /// A descriptor the event loop waits on for reading (readable: events wait), or `nil`
+    /// for a log with nothing to wait for.
     var readiness: LogReadiness? { get }
-
-    /// When the log next needs ``flush()`` or ``poll(into:)`` called although nothing is
-    /// ready (a retry, a heartbeat); `nil` for none.
-    var nextDeadline: ContinuousClock.Instant? { get }
 
     /// Reserves `count` replica ids unique within the history, starting at or above `next`.
     ///
@@ -117,16 +112,14 @@ extension HubLog {
     package func prepareUpgrade() throws(StorageError) {}
 }
 
-/// What the event loop waits on for a log.
+/// What the event loop waits on for a log: a descriptor that becomes readable when the log
+/// has events (a shared log's worker writes a byte to a pipe).
 package struct LogReadiness: Equatable {
     /// The descriptor.
     package var fd: Int32
-    /// Whether the log has bytes to write (wait for writability too).
-    package var wantsWrite: Bool
 
-    package init(fd: Int32, wantsWrite: Bool) {
+    package init(fd: Int32) {
         self.fd = fd
-        self.wantsWrite = wantsWrite
     }
 }
 
@@ -370,7 +363,6 @@ package final class MemoryLog: HubLog {
         self.events.removeAll(keepingCapacity: true)
     }
     package var readiness: LogReadiness? { nil }
-    package var nextDeadline: ContinuousClock.Instant? { nil }
     package func reserveReplicaIDs(from next: Int, count: Int) throws(StorageError) -> Range<Int> { next..<(next + count) }
     package func requestReplicaIDs(from next: Int, count: Int) { events.append(.replicaIDs(.success(next..<(next + count)))) }
     package func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {}
@@ -392,7 +384,6 @@ package final class ReplayLog: HubLog {
     package func flush() {}
     package func poll(into events: inout [LogEvent]) {}
     package var readiness: LogReadiness? { nil }
-    package var nextDeadline: ContinuousClock.Instant? { nil }
     package func reserveReplicaIDs(from next: Int, count: Int) throws(StorageError) -> Range<Int> { next..<(next + count) }
     package func requestReplicaIDs(from next: Int, count: Int) {}
     package func writeSnapshot(_ snapshot: StoredSnapshot) throws(StorageError) {}

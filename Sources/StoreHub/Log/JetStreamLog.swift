@@ -465,16 +465,10 @@ package final class JetStreamLog: HubLog {
         let deliver = connection.newInbox()
         let sid = connection.subscribe(deliver)
         defer { connection.unsubscribe(sid) }
-        // Every subject: a message another client published on the genesis subject is a
-        // message of the stream like any, skipped as not a record (a filter would leave a gap).
-        let config: JSON = ["stream_name": .string(names.stream), "config": [
-            "deliver_subject": .string(deliver), "deliver_policy": "by_start_sequence", "opt_start_seq": JSON(streamNext),
-            "ack_policy": "none", "flow_control": true, "idle_heartbeat": 1_000_000_000,
-            "inactive_threshold": 5_000_000_000, "metadata": worker.metadata,
-        ]]
-        // Left to expire (5 s): deleting it would need a permission older deployments lack. It
-        // names this hub like its reading consumer, so the stream's list of hubs counts it once.
-        _ = try connection.jetStream("CONSUMER.CREATE." + names.stream, config)
+        // Left to expire: deleting it would need a permission older deployments lack. It names
+        // this hub like its reading consumer, so the stream's list of hubs counts it once.
+        _ = try connection.jetStream("CONSUMER.CREATE." + names.stream,
+                                     Self.readingConsumer(names: names, deliver: deliver, from: streamNext, metadata: worker.metadata))
         var idle = ContinuousClock.now
         while streamNext <= through {
             let messages = try connection.read(timeoutMilliseconds: 200)
@@ -512,6 +506,29 @@ package final class JetStreamLog: HubLog {
             try connection.flush()
         }
         return (records, position, skipped)
+    }
+
+    /// The `CONSUMER.CREATE` body of the consumer a hub reads the stream with, at open and
+    /// afterwards (the one configuration).
+    ///
+    /// Pushed to `deliver` from stream seq `start`, every subject (a message another client
+    /// published on the genesis subject is a message of the stream like any, skipped as not a
+    /// record: a filter would leave gaps in the stream seqs), no acknowledgements, flow control,
+    /// a heartbeat a second, gone 10 s after its hub stops reading, and the hub's `metadata`
+    /// (``LogPeer``).
+    ///
+    /// - Parameters:
+    ///   - names: The stream's names.
+    ///   - deliver: The subject it delivers to.
+    ///   - start: The first stream seq it delivers.
+    ///   - metadata: What it says about its hub.
+    /// - Returns: The request's body.
+    static func readingConsumer(names: Names, deliver: String, from start: UInt64, metadata: JSON) -> JSON {
+        ["stream_name": .string(names.stream), "config": [
+            "deliver_subject": .string(deliver), "deliver_policy": "by_start_sequence", "opt_start_seq": JSON(start),
+            "ack_policy": "none", "flow_control": true, "idle_heartbeat": 1_000_000_000,
+            "inactive_threshold": 10_000_000_000, "metadata": metadata,
+        ]]
     }
 
     /// Whether a message on a consumer's subscription is one of JetStream's own (an idle
@@ -675,9 +692,7 @@ package final class JetStreamLog: HubLog {
         }
     }
 
-    package var readiness: LogReadiness? { LogReadiness(fd: worker.readyFD, wantsWrite: false) }
-
-    package var nextDeadline: ContinuousClock.Instant? { nil }
+    package var readiness: LogReadiness? { LogReadiness(fd: worker.readyFD) }
 
     package func reserveReplicaIDs(from next: Int, count: Int) throws(StorageError) -> Range<Int> {
         try worker.reserve(from: next, count: count)

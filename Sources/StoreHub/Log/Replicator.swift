@@ -757,14 +757,9 @@ extension JetStreamLog {
             let deliver = info.inboxPrefix + ".d." + String(consumerCounter)
             deliverSubject = deliver
             effects.append(.subscribe(deliver))
-            let config: JSON = ["stream_name": .string(names.stream), "config": [
-                "deliver_subject": .string(deliver), "deliver_policy": "by_start_sequence", "opt_start_seq": JSON(streamNext),
-                // Every subject: a message on another subject is skipped like any message that
-                // is not a valid record (a filter would leave gaps in the stream seqs).
-                "ack_policy": "none", "flow_control": true, "idle_heartbeat": 1_000_000_000,
-                "inactive_threshold": 10_000_000_000, "metadata": consumerMetadata,
-            ]]
-            jetStream("CONSUMER.CREATE." + names.stream, config, for: .consumer(subject: deliver))
+            jetStream("CONSUMER.CREATE." + names.stream,
+                      JetStreamLog.readingConsumer(names: names, deliver: deliver, from: streamNext, metadata: consumerMetadata),
+                      for: .consumer(subject: deliver))
             lastDelivery = now
         }
 
@@ -1447,6 +1442,11 @@ extension JetStreamLog {
             guard let prefix = link.info?.inboxPrefix, message.subject == prefix + ".a." + String(number),
                   let index = pending.firstIndex(where: { $0.ackNumbers.contains(number) }) else { return }
             let item = pending[index]
+            // The first verdict wins: once the stream said it stored the proposal (a PubAck is
+            // sent once the stream's quorum has it), a later refusal of another copy comes from
+            // a server that did not know it yet (a deposed leader still answering publishes):
+            // voiding it then would throw away a stored record's place.
+            if item.acknowledged { return }
             if message.headers?.status == 503 {
                 // No server took this copy. If it is the only one, nothing was stored; a copy
                 // sent before may have been, so a re-sent proposal stays in doubt (re-sent

@@ -7,7 +7,7 @@ import SyncPOSIX
 /// A name look-up goes through NSS (`getpwuid_r`), which may ask LDAP or another network
 /// service and take seconds: on the loop thread, one slow answer would stall every client,
 /// and a local user refused in a loop could stall the hub at will. So the loop never looks a
-/// name up: ``withName(_:_:)`` runs its line at once when the name is cached (for 10 minutes),
+/// name up: ``withName(_:now:_:)`` runs its line at once when the name is cached (for 10 minutes),
 /// and otherwise hands the look-up and the line to one background queue. At most
 /// ``maxPending`` look-ups wait there; past that, lines name the uid alone.
 final class AccountNames: Sendable {
@@ -39,9 +39,10 @@ final class AccountNames: Sendable {
     ///
     /// - Parameters:
     ///   - uid: The user id.
+    ///   - now: The time (the core passes the loop's, so the core reads no clock; a name
+    ///     looked up now is trusted for ``lifetime`` from it).
     ///   - body: What to do with the name (it runs outside any lock; it may run on another thread).
-    func withName(_ uid: UInt32, _ body: @escaping @Sendable (String) -> Void) {
-        let now = ContinuousClock.now
+    func withName(_ uid: UInt32, now: ContinuousClock.Instant = .now, _ body: @escaping @Sendable (String) -> Void) {
         enum Next { case cached(String), busy, lookUp }
         let next = state.withLock { state -> Next in
             if let known = state.names[uid], now - known.at < Self.lifetime { return .cached(known.name) }
@@ -60,7 +61,7 @@ final class AccountNames: Sendable {
                 state.withLock { state in
                     state.pending -= 1
                     if state.names.count >= Self.maxCached { state.names.removeAll() }
-                    state.names[uid] = (name, .now)
+                    state.names[uid] = (name, now)
                 }
                 body(name)
             }

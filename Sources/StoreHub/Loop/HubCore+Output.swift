@@ -65,11 +65,11 @@ extension HubCore {
 
     // MARK: - The write pass
 
-    /// Lists the connections to write in this pass, each once, in order: those whose frames
-    /// the pass handled first (an unloaded round trip is then one write from the hub to the
-    /// dispatcher, not one behind every other replica's copy), then every other that is owed
-    /// something. The reactor writes each (``withOutput(of:maxPieces:_:)``) and reports a
-    /// `wrote` event, then `written`.
+    /// Lists the connections to write in this pass (``writeList``), each once, in order: those
+    /// whose frames the pass handled first (an unloaded round trip is then one write from the
+    /// hub to the dispatcher, not one behind every other replica's copy), then every other that
+    /// is owed something. Done by `handle(.pass)` and `handle(.shutdown)`; the reactor writes
+    /// each (``withOutput(of:maxPieces:_:)``) and reports a `wrote` event, then `written`.
     ///
     /// - Parameter order: Emptied, then filled with the connections.
     mutating func writeOrder(into order: inout [Connection]) {

@@ -69,6 +69,9 @@ struct HubCore {
     /// Found by the last `tick`: something is timed (a greeting, half a frame, a welcome to be
     /// read, a closing connection), so the next `poll` waits at most 100 ms.
     private(set) var timersPending = false
+    /// The connections to write after the last `pass` or `shutdown`, in order (``writeOrder(into:)``):
+    /// the reactor reads it, writes each, and reports `wrote` for each, then `written`.
+    private(set) var writeList: [Connection] = []
     /// Found by the last `tick`: frames wait in a buffer to be handled now.
     private(set) var framesWaiting = false
 
@@ -133,6 +136,7 @@ struct HubCore {
             } else {
                 admitWaitingReplicas()
             }
+            listWrites()
         case .wrote(let connection, let result):
             wrote(result, to: connection)
         case .written:
@@ -140,12 +144,21 @@ struct HubCore {
             reapClosing()
         case .shutdown:
             shutdown()
+            listWrites()
         case .finish:
             finish()
         case .closeLog:
             closeLog()
         }
         swap(&actions, &into)
+    }
+
+    /// Fills ``writeList`` (its storage reused).
+    private mutating func listWrites() {
+        var list: [Connection] = []
+        swap(&list, &writeList)
+        writeOrder(into: &list)
+        swap(&list, &writeList)
     }
 
     // MARK: - What the reactor waits for
@@ -251,7 +264,7 @@ struct HubCore {
         guard policy.admits(peer, groups: groups, now: now) else {
             // The name is looked up off this thread (a slow NSS must not stall the loop).
             let logger = configuration.logger, admitted = admittedDescription
-            accountNames.withName(peer.uid) { name in
+            accountNames.withName(peer.uid, now: now) { name in
                 logger.info("refused uid \(peer.uid) (\(name)) pid \(peer.pid): not admitted (admitted: \(admitted))")
             }
             refuse(fd, WireError(.forbidden, "uid \(peer.uid) may not use this hub (it admits \(admittedDescription)); ask its operator to run it with --allow-uid \(peer.uid) or --socket-group"))

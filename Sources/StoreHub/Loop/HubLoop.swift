@@ -95,7 +95,6 @@ final class HubLoop {
         var failure: SystemError?
         var pollSet: [pollfd] = []
         var order: [Connection] = []
-        var writes: [Connection] = []
         // From here on this thread alone drives the loop and the sequencer (checked in debug builds).
         owner.claim()
         core.sequencer.owner.claim()
@@ -111,8 +110,7 @@ final class HubLoop {
             pollSet.append(pollfd(fd: stopFD ?? -1, events: Int16(POLLIN), revents: 0))
             let log = core.sequencer.log
             let readiness = log.readiness
-            pollSet.append(pollfd(fd: readiness?.fd ?? -1,
-                                  events: Int16(POLLIN) | (readiness?.wantsWrite == true ? Int16(POLLOUT) : 0), revents: 0))
+            pollSet.append(pollfd(fd: readiness?.fd ?? -1, events: Int16(POLLIN), revents: 0))
             let fixed = pollSet.count
             for connection in core.connections.values {
                 let interest = core.interest(of: connection)
@@ -127,7 +125,6 @@ final class HubLoop {
             // next pass's pump: it runs at once.
             let timers = core.timersPending || acceptPausedUntil != nil
             var timeout: Int32 = core.mustNotWait ? 0 : (timers ? 100 : -1)
-            if let deadline = log.nextDeadline { timeout = Self.sooner(timeout, until: deadline, now: now) }
             if let watchdogInterval { timeout = Self.sooner(timeout, until: lastWatchdog + watchdogInterval, now: now) }
             let ready = poll(&pollSet, nfds_t(pollSet.count), timeout)
             if ready < 0 {
@@ -148,8 +145,8 @@ final class HubLoop {
                 }
             }
             if handle(.pass, now: now) { break serving }
-            core.writeOrder(into: &writes)
-            for connection in writes where core.isOpen(connection) {
+            // The pass listed what to write (`writeList`): read, never changed, by the reactor.
+            for connection in core.writeList where core.isOpen(connection) {
                 let result = core.withOutput(of: connection, maxPieces: Self.piecesPerWrite) { vectors in
                     vectors.isEmpty ? UnixSocket.IOResult.bytes(0) : UnixSocket.write(connection.fd, gathering: vectors)
                 }

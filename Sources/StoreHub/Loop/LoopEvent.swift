@@ -5,7 +5,7 @@ import SyncPOSIX
 /// The reactor owns descriptors, readiness and the clock; each event says what happened,
 /// and the core decides what follows. A pass of the loop hands, in order: `tick`; then, for
 /// what `poll` reported, `accepted` and `input`; then `pass`; then a `wrote` for each
-/// connection ``HubCore/writeOrder(into:)`` lists; then `written`.
+/// connection ``HubCore/writeList`` lists; then `written`.
 enum LoopEvent {
     /// A pass begins: deadlines are checked (`--idle-timeout`, `--welcome-timeout`, a
     /// resume's catch-up), and the core says what the next `poll` waits for.
@@ -23,7 +23,7 @@ enum LoopEvent {
     /// applied seq allows are released, and replicas that waited for this hub to catch up
     /// get their welcome.
     case pass
-    /// What writing a connection gave (each listed by ``HubCore/writeOrder(into:)``).
+    /// What writing a connection gave (each listed in ``HubCore/writeList``).
     case wrote(Connection, UnixSocket.IOResult)
     /// Writes are done: backlog memory no reader needs is freed, and finished connections close.
     case written

@@ -121,9 +121,7 @@ final class EmbeddedHub {
             handle(.input(connection, .nothing))
         }
         handle(.pass)
-        var order: [Connection] = []
-        core.writeOrder(into: &order)
-        for connection in order {
+        for connection in core.writeList {
             let limit = readLimit[connection.fd] ?? Int.max
             var copied: [UInt8] = []
             let result = core.withOutput(of: connection, maxPieces: 64) { vectors -> UnixSocket.IOResult in
@@ -171,9 +169,7 @@ final class EmbeddedHub {
     /// Stops the hub as the reactor does: `shutdown`, the writes, then `finish`.
     func shutDown() {
         handle(.shutdown)
-        var order: [Connection] = []
-        core.writeOrder(into: &order)
-        for connection in order {
+        for connection in core.writeList {
             var copied: [UInt8] = []
             let result = core.withOutput(of: connection, maxPieces: 64) { vectors -> UnixSocket.IOResult in
                 for vector in vectors { if let base = vector.iov_base { copied += UnsafeRawBufferPointer(start: base, count: vector.iov_len) } }
