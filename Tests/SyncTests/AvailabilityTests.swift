@@ -1,4 +1,9 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import NATSClient
 import SyncProtocol
 import Testing
@@ -197,6 +202,81 @@ extension MultiProcessTests {
                 #expect(load.accepted(index, since: election) > 0, "hub \(index) takes dispatches again")
             }
             // Every hub converges on one state: exactly the dispatches acknowledged, once each.
+            try await load.drain()
+            let total = UInt64(load.outcomes.filter { !$0.refused }.count)
+            let statuses = try await hubs.settled([0, 1, 2], at: total)
+            #expect(statuses.allSatisfy { $0.seq == total } && Set(statuses.map(\.digest)).count == 1,
+                    "\(statuses.map { "seq \($0.seq) digest \($0.digest)" }), \(total) acknowledged")
+        }
+
+        @Test("a paused server (SIGSTOP for 5 s), a follower's then the leader's: its own hub answers status throughout and takes dispatches again at most 2 s after the server is back; the others go on; every hub converges")
+        func pausedServers() async throws {
+            let fixture = try Fixture()
+            defer { fixture.shutdown() }
+            let ports = try (0..<3).map { _ in (client: try freeTCPPort(), cluster: try freeTCPPort()) }
+            let servers = try (0..<3).map { index in
+                try NATSServer(fixture: fixture, name: "n\(index)", port: ports[index].client, clusterPort: ports[index].cluster,
+                               routes: (0..<3).filter { $0 != index }.map { "127.0.0.1:\(ports[$0].cluster)" })
+            }
+            for server in servers { try await server.start() }
+            // A paused server is resumed even when the test fails (the fixture kills it then).
+            defer { for server in servers { server.process?.signal(SIGCONT) } }
+            let hubs = SharedHubs(fixture: fixture, nats: servers)
+            var processes: [ChildProcess] = []
+            for index in 0..<3 {
+                let order = [servers[index]] + servers.enumerated().filter { $0.offset != index }.map(\.element)
+                processes.append(try await hubs.start(index, app: "counter", log: hubs.url(order), extra: ["--nats-replicas", "3"]))
+            }
+            let clients = try (0..<3).map { index -> RawClient in
+                let client = try RawClient(path: hubs.socket(index))
+                try client.send(["type": "hello", "protocol": 1, "app": "counter"])
+                _ = try next(client, "a welcome") { $0["type"] == "welcome" }
+                return client
+            }
+            defer { for client in clients { client.close() } }
+            let load = Load(clients)
+            try await load.run(for: .seconds(2))
+
+            func leader() -> Int? {
+                for server in servers {
+                    guard let connection = try? NATSConnection.connect(servers: [server.address], name: "test", timeoutMilliseconds: 1_000) else { continue }
+                    defer { connection.close() }
+                    if let name = try? connection.jetStream("STREAM.INFO." + hubs.stream, nil, timeoutMilliseconds: 1_000)["cluster"]?["leader"]?.stringValue,
+                       let found = servers.firstIndex(where: { $0.name == name }) {
+                        return found
+                    }
+                }
+                return nil
+            }
+
+            for phase in ["follower", "leader"] {
+                let current = try #require(leader(), "the stream has a leader")
+                let paused = phase == "leader" ? current : (current + 1) % 3
+                let process = try #require(servers[paused].process)
+                process.signal(SIGSTOP)
+                // 5 s paused, the load going on; its own hub is asked for its status every turn.
+                var slowestStatus: Duration = .zero
+                var lastStatus = ContinuousClock.now
+                try await load.run(for: .seconds(5)) {
+                    guard ContinuousClock.now - lastStatus >= .milliseconds(250) else { return }
+                    let asked = ContinuousClock.now
+                    _ = try HubStatusProbe.status(hubs.socket(paused))
+                    lastStatus = ContinuousClock.now
+                    slowestStatus = max(slowestStatus, lastStatus - asked)
+                }
+                process.signal(SIGCONT)
+                let resumed = Date()
+                try await load.run(for: .seconds(6))
+                let refused = load.refusals(paused, since: resumed)
+                let lastRefusal = refused.last.map { $0.answered.timeIntervalSince(resumed) } ?? 0
+                print("availability: \(phase) n\(paused) paused 5 s; its hub: \(refused.count) refused after the resume, the last \(lastRefusal) s after it, \(load.accepted(paused, since: resumed)) sequenced; status at worst \(slowestStatus)")
+                #expect(slowestStatus <= .seconds(1), "hub \(paused) took \(slowestStatus) to answer status while its server was paused")
+                #expect(lastRefusal <= 2.0, "hub \(paused) refused dispatches until \(lastRefusal) s after its server was resumed")
+                #expect(load.accepted(paused, since: resumed.addingTimeInterval(2)) > 0, "hub \(paused) takes dispatches again within 2 s of the resume: \(processes[paused].errorLines.suffix(12))")
+                for other in (0..<3) where other != paused {
+                    #expect(load.accepted(other, since: resumed) > 0, "hub \(other) goes on: \(processes[other].errorLines.suffix(12))")
+                }
+            }
             try await load.drain()
             let total = UInt64(load.outcomes.filter { !$0.refused }.count)
             let statuses = try await hubs.settled([0, 1, 2], at: total)

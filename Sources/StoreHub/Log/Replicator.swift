@@ -1555,13 +1555,22 @@ extension JetStreamLog {
             // The hub voids everything from here on and starts a new epoch: proposals of this
             // one still on their way were built on the voided ones.
             droppedEpoch = pending[index].epoch
+            let voided = pending[index...]
+            // Held deliveries that include one of these proposals' own bytes: a server delivered,
+            // as this hub's proposal, what the stream's leader then refused (or would not answer
+            // for). That copy is not the stream's: read that seq again. Deliveries held for
+            // another reason (behind a record being checked with the leader) are the stream's
+            // and go on; reading again for them would restart the consumer, and the checks, at
+            // every conflict, and a hub behind under load would never catch up.
+            let deliveredOwn = held.contains { message in
+                voided.contains { $0.payload == message.payload && $0.tag == message.headers?[Self.tagHeader] }
+            }
             pending.removeSubrange(index...)
-            if index == 0, !held.isEmpty {
-                // The server delivered, as this hub's proposal, what the stream's leader then
-                // refused (or would not answer for): read that seq again.
+            if deliveredOwn {
                 readAgain(because: "the stream did not take the proposal at seq \(next) that a NATS server had delivered")
             }
             emit([event])
+            if !deliveredOwn { releaseHeld() }
             updateAvailability()
         }
 

@@ -8,8 +8,24 @@ extension HubCore {
     /// speculative state — a new dispatch refused `unavailable`, `status` and `welcome` from
     /// the applied state — go out at once, even while the sequencer waits for proposals in
     /// doubt (it judges nothing then). `nil` when the request must take its turn.
+    ///
+    /// On a shared log `status` and `welcome` go at once always (PROTOCOL.md §5, "Several hubs
+    /// on one shared log"): proposals in flight there may wait on another server (an
+    /// acknowledgement late for 5 s before it is in doubt, a catch-up with other hubs'
+    /// records), and neither answer claims anything about them.
     func outageAnswer(_ connection: Connection, _ request: RequestPipeline.Request) -> RequestPipeline.Judgment? {
-        guard let reason = sequencer.unavailableReason else { return nil }
+        guard let reason = sequencer.unavailableReason else {
+            guard sequencer.log.isShared else { return nil }
+            switch request {
+            case .status:
+                return .status(sequencer.appliedState())
+            case .welcome(let replica, let resume):
+                if let resume, sequencer.canResume(after: resume.seq) { return .resumed(replica: replica, seq: resume.seq) }
+                return .full(replica: replica, state: sequencer.appliedState())
+            default:
+                return nil
+            }
+        }
         switch request {
         case .dispatch(let id, _):
             // A dispatch the session already has is answered `duplicate` in its turn.
