@@ -18,7 +18,7 @@ enum GenericClient {
     ///   - connection: A connection that has sent nothing yet.
     ///   - command: `state`, `watch` or `dispatch`.
     ///   - options: The command line.
-    static func run(app: String, over connection: HubConnection, command: String, options: ReplicaOptions) throws(ReplicaError) {
+    static func run(app: String, over connection: HubConnection, command: ReplicaOptions.Command, options: ReplicaOptions) throws(ReplicaError) {
         // Bad arguments first: a usage error never half-runs.
         let actions: [JSON] = options.arguments.map { text in
             do throws(AppCodingError) {
@@ -33,13 +33,13 @@ enum GenericClient {
         if options.diff {
             fail("watch --diff runs the app's reducer, and the hub's app \"\(app)\" is not built into \(ReplicaCommand.program); use your app's own CLI", status: 2)
         }
-        if command == "watch" { ReplicaCommand.exitOnTerminationSignal() }
+        if command == .watch { ReplicaCommand.exitOnTerminationSignal() }
         var connection = connection
         var welcome = try hello(over: connection, app: app, name: options.name)
         switch command {
-        case "state":
+        case .state:
             printState(welcome, options: options)
-        case "dispatch":
+        case .dispatch:
             for (index, action) in actions.enumerated() {
                 let id = DispatchID.number(index + 1)
                 try connection.send(.dispatch(id: id, action: action))

@@ -82,10 +82,10 @@ public enum ReplicaCommand {
         guard let command = options.command else {
             fail("missing command (attach, dispatch, state, watch, status, top, history, inspect or upgrade); see \(ReplicaCommand.program) --help", status: 2)
         }
-        guard ["attach", "dispatch", "state", "watch", "status", "top", "history", "inspect", "upgrade"].contains(command) else {
-            fail("unknown command \"\(shown(command))\"; the commands are attach, dispatch, state, watch, status, top, history, inspect and upgrade", status: 2)
+        if case .unknown(let word) = command {
+            fail("unknown command \"\(shown(word))\"; the commands are attach, dispatch, state, watch, status, top, history, inspect and upgrade", status: 2)
         }
-        if command == "inspect" {
+        if command == .inspect {
             // Bad usage (a host that is not loopback) is said before anything connects.
             do throws(UsageError) {
                 _ = try InspectorCommand.parse(options.arguments)
@@ -93,7 +93,7 @@ public enum ReplicaCommand {
                 fail(error.message, status: 2)
             }
         }
-        if command == "dispatch" && options.arguments.isEmpty {
+        if command == .dispatch && options.arguments.isEmpty {
             fail("dispatch needs at least one ACTION, e.g. \(ReplicaCommand.program) dispatch '{\"type\":…}' (a JSON action of the hub's app)", status: 2)
         }
         // With --app, bad usage is reported (exit 2) before anything connects.
@@ -104,7 +104,7 @@ public enum ReplicaCommand {
             case .failure(let error) where name.contains("@"): fail(error.message, status: 2)
             case .failure: fail("unknown app \"\(shown(name))\"; \(ReplicaCommand.program) knows \(names)", status: 2)
             }
-            if command == "dispatch" { _ = options.arguments.map { wireAction(app, $0) } }
+            if command == .dispatch { _ = options.arguments.map { wireAction(app, $0) } }
         }
         // With no --app, a CLI of one app uses that app's default socket; replica-cli (several
         // apps) finds the one hub in the default directory, or says which to choose.
@@ -119,15 +119,15 @@ public enum ReplicaCommand {
         }
         do throws(ReplicaError) {
             let connection = try HubConnection(paths: paths)
-            if command == "upgrade" {
+            if command == .upgrade {
                 try upgrade(over: connection, options: options)
                 return
             }
-            if command == "top" {
+            if command == .top {
                 try TopCommand.run(over: connection, options: options)
                 return
             }
-            if command == "history" {
+            if command == .history {
                 guard options.diff || options.devtools != nil else {
                     try GenericClient.history(over: connection, options: options)
                     return
@@ -150,9 +150,9 @@ public enum ReplicaCommand {
             }
             var appName = options.app
             var hubFingerprint: String?
-            if command == "status" || appName == nil {
+            if command == .status || appName == nil {
                 let status = try connection.status()
-                if command == "status" {
+                if command == .status {
                     if let asked = options.app, JSONKey(AppChoice.name(asked)) != JSONKey(status.app) {
                         Console.error("\(ReplicaCommand.program): note: the hub at \(connection.path) runs app \"\(status.app)\", not \"\(ControlCharacters.escaped(asked))\" (status does not attach, so --app changes nothing here)")
                     }
@@ -162,7 +162,7 @@ public enum ReplicaCommand {
                 appName = status.app
                 hubFingerprint = status.fingerprint
             }
-            if let name = appName, app(named: name) == nil, options.app == nil, command != "attach", command != "inspect" {
+            if let name = appName, app(named: name) == nil, options.app == nil, command != .attach, command != .inspect {
                 // Any hub can be read and written as raw JSON; only attach needs the reducer.
                 try GenericClient.run(app: name, over: connection, command: command, options: options)
                 return
@@ -235,25 +235,25 @@ public enum ReplicaCommand {
         return lines
     }
 
-    static func run<App: SyncApp>(_ app: App, over connection: HubConnection, command: String,
+    static func run<App: SyncApp>(_ app: App, over connection: HubConnection, command: ReplicaOptions.Command,
                                   options: ReplicaOptions, carried: AppVersionChain? = nil) async throws(ReplicaError) {
         let carried = carried ?? app.versions
         // Bad arguments are usage errors before anything attaches to the hub.
-        let actions = command == "dispatch" ? options.arguments.map { wireAction(app, $0) } : []
-        if command == "watch" || command == "attach" { exitOnTerminationSignal() }
+        let actions = command == .dispatch ? options.arguments.map { wireAction(app, $0) } : []
+        if command.rides { exitOnTerminationSignal() }
         // Observers go in before reading starts, so no sequenced action is missed.
         // attach and watch ride through hub restarts; one-shot commands do not reconnect.
-        let rides = (command == "watch" || command == "attach") && !options.noReconnect
+        let rides = command.rides && !options.noReconnect
         // dispatch: a dropped link is retried a few times on the same session, so the action
         // is applied once (the hub answers a re-sent one `duplicate`) or the command fails.
         let policy: ReconnectPolicy = rides ? .automatic
-            : command == "dispatch" ? ReconnectPolicy(initialDelay: .milliseconds(50), maxDelay: .seconds(1), maxAttempts: 10)
+            : command == .dispatch ? ReconnectPolicy(initialDelay: .milliseconds(50), maxDelay: .seconds(1), maxAttempts: 10)
             : .never
-        if command == "inspect" {
+        if command == .inspect {
             try await InspectorCommand.run(app, over: connection, options: options, carried: carried)
             return
         }
-        if command == "state", let seq = options.at {
+        if command == .state, let seq = options.at {
             try stateAt(seq, app: app, carried: carried, over: connection, options: options)
             return
         }
@@ -265,9 +265,9 @@ public enum ReplicaCommand {
         defer { replica.close() }
         waiting.reset()
         switch command {
-        case "state":
+        case .state:
             try printState(replica, options: options)
-        case "dispatch":
+        case .dispatch:
             replica.startReading()
             for json in actions {
                 let seq: UInt64
@@ -278,7 +278,7 @@ public enum ReplicaCommand {
                 }
                 Console.out("\(seq)")
             }
-        case "watch":
+        case .watch:
             // --diff: each action's effect on the state, as the store's subscriber saw it (one
             // state per applied action, in order; a re-hydration's state starts afresh).
             let diffs = options.diff ? StateDiffs(start: app.encodeState(replica.store.state)) : nil
@@ -411,7 +411,7 @@ public enum ReplicaCommand {
     ///     refusal did not say.
     ///   - carried: The versions of the app this program carries.
     ///   - notApplied: Whether an action this command dispatched was never applied because of it.
-    static func exitOutdated(_ outdated: AppOutdated, command: String, path: String?, carried: AppVersionChain?,
+    static func exitOutdated(_ outdated: AppOutdated, command: ReplicaOptions.Command, path: String?, carried: AppVersionChain?,
                              notApplied: Bool = false) -> Never {
         let target = outdated.historyFingerprint ?? path.flatMap { try? HubConnection.status(at: $0).fingerprint }
         var text: String
@@ -429,7 +429,7 @@ public enum ReplicaCommand {
             fail("\(text): run a newer version of the app")
         }
         if carried?.contains(target) == true {
-            fail("\(text): run \(ReplicaCommand.program) --app \(target) \(command)")
+            fail("\(text): run \(ReplicaCommand.program) --app \(target) \(command.word)")
         }
         fail("\(text): run a \(ReplicaCommand.program) that carries \(target)")
     }

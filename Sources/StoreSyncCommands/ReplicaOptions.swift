@@ -36,11 +36,53 @@ struct ReplicaOptions: Equatable {
     var upgradeTo: String?
     /// `upgrade --dry-run`: run the migration and report, changing nothing.
     var dryRun = false
-    var command: String?
+    /// The command: the first word that is not an option (`nil`: none given).
+    var command: Command?
     var arguments: [String] = []
 
-    /// The commands whose own flags (`--count`, `--from`, …) are left in ``arguments``.
-    static let commandsWithFlags: Set<String> = ["dispatch", "top", "history", "inspect", "upgrade"]
+    /// A `replica-cli` command.
+    enum Command: Equatable, Sendable, ExpressibleByStringLiteral {
+        case attach, dispatch, state, watch, status, top, history, inspect, upgrade
+        /// A word that names no command (refused, exit 2, before anything connects).
+        case unknown(String)
+
+        /// Every command, in the order the help and the messages list them.
+        static let all: [Command] = [.attach, .dispatch, .state, .watch, .status, .top, .history, .inspect, .upgrade]
+
+        /// The command a word names, or ``unknown(_:)``.
+        ///
+        /// - Parameter word: The word as typed.
+        init(_ word: String) { self = Self.all.first { $0.word == word } ?? .unknown(word) }
+
+        init(stringLiteral value: String) { self.init(value) }
+
+        /// The word that names it.
+        var word: String {
+            switch self {
+            case .attach: "attach"
+            case .dispatch: "dispatch"
+            case .state: "state"
+            case .watch: "watch"
+            case .status: "status"
+            case .top: "top"
+            case .history: "history"
+            case .inspect: "inspect"
+            case .upgrade: "upgrade"
+            case .unknown(let word): word
+            }
+        }
+
+        /// Whether its own flags (`--count`, `--from`, …) are left in ``ReplicaOptions/arguments``.
+        var takesFlags: Bool {
+            switch self {
+            case .dispatch, .top, .history, .inspect, .upgrade: true
+            case .attach, .state, .watch, .status, .unknown: false
+            }
+        }
+
+        /// Whether it reads until stopped, riding through hub restarts (`attach`, `watch`).
+        var rides: Bool { self == .attach || self == .watch }
+    }
 
     /// Reads a command line: flags anywhere, the first other word as the command, the rest as
     /// its arguments (`--` ends the flags).
@@ -62,12 +104,12 @@ struct ReplicaOptions: Equatable {
                 if ends { break }
                 continue
             }
-            if argument.hasPrefix("--"), !commandsWithFlags.contains(options.command ?? "") {
+            if argument.hasPrefix("--"), !(options.command?.takesFlags ?? false) {
                 throw table.unknownFlag(argument, program: program, word: "option")
             }
-            if options.command == nil { options.command = argument } else { options.arguments.append(argument) }
+            if options.command == nil { options.command = Command(argument) } else { options.arguments.append(argument) }
         }
-        if options.request == .command, options.command == "upgrade" {
+        if options.request == .command, options.command == .upgrade {
             try options.readUpgradeArguments(program: program)
         }
         return options

@@ -204,8 +204,9 @@ extension JetStreamLog {
         struct SnapshotJob {
             let snapshot: StoredSnapshot
             let body: [UInt8]
-            /// `seq.runID`: names this publication's chunks.
-            let tag: String
+            /// `seq.runID`: names this publication's chunks (the `StoreSync-Snapshot` header, and
+            /// the head's `"tag"` member; not a record's tag).
+            let publication: String
             let chunkSize: Int
             var headSubjectSeq: UInt64 = 0
             var first: UInt64 = 0
@@ -1776,7 +1777,7 @@ extension JetStreamLog {
                 nextSnapshot = snapshot
                 return
             }
-            snapshotJob = SnapshotJob(snapshot: snapshot, body: snapshot.body.canonicalBytes, tag: "\(snapshot.seq).\(runID)",
+            snapshotJob = SnapshotJob(snapshot: snapshot, body: snapshot.body.canonicalBytes, publication: "\(snapshot.seq).\(runID)",
                                       chunkSize: max(4096, min(256 << 10, info.maxPayload - 1024)))
             // The newest head now. Ours is written only if it is still the newest when ours
             // comes (another hub's snapshot, published meanwhile, wins and ours is dropped): a
@@ -1814,7 +1815,7 @@ extension JetStreamLog {
         private mutating func writeChunk() {
             guard let job = snapshotJob else { return }
             let end = min(job.body.count, job.offset + job.chunkSize)
-            let headers = NATSHeaders([("StoreSync-Snapshot", job.tag), ("StoreSync-Chunk", String(job.chunks))])
+            let headers = NATSHeaders([("StoreSync-Snapshot", job.publication), ("StoreSync-Chunk", String(job.chunks))])
             request(.snapshotChunk, subject: layout.chunkSubject(names), headers: headers, payload: Array(job.body[job.offset..<end]),
                     timeout: Self.chunkTimeout)
         }
@@ -1837,7 +1838,7 @@ extension JetStreamLog {
                 }
                 let head: JSON = ["seq": JSON(job.snapshot.seq), "digest": .string(job.snapshot.digest), "history": .string(history),
                                   "chunks": JSON(job.chunks), "first": JSON(job.first), "bytes": JSON(job.body.count),
-                                  "tag": .string(job.tag), "content": .string(SHA256.hex(SHA256.hash(job.body)))]
+                                  "tag": .string(job.publication), "content": .string(SHA256.hex(SHA256.hash(job.body)))]
                 let headBytes = head.canonicalBytes
                 request(.snapshotHeadWrite, subject: layout.headSubject(names),
                         headers: NATSHeaders([("Nats-Expected-Last-Subject-Sequence", String(job.headSubjectSeq)),

@@ -72,8 +72,9 @@ enum ConnectionPhase: Equatable {
 struct ConnectionInput {
     /// Frames being reassembled from what was read.
     var decoder: FrameDecoder
-    /// The client closed (or half-closed) its side; frames already buffered are still handled.
-    var ended = false
+    /// The client closed (or half-closed) its side; frames already buffered are still handled
+    /// (not the phase `ending`, which is the hub ending the connection).
+    var peerClosed = false
     /// Frames may be buffered that were not handled yet: the per-pass frame budget ran out,
     /// or frames were held back while the sequencer settles or the welcome waits.
     var moreFrames = false
@@ -138,7 +139,7 @@ final class Connection {
     /// Its requests in the hub's pipeline, not yet answered (an answer that could go at once
     /// waits behind them, so the connection's answers keep their order).
     // Unchecked: counted for every request; only assigned.
-    @exclusivity(unchecked) var held = 0
+    @exclusivity(unchecked) var answersWaiting = 0
     /// What is owed to it.
     // Unchecked: every answer is queued and every write consumed through mutating `ConnectionOutput` methods, which call no code that reaches a connection.
     @exclusivity(unchecked) var output = ConnectionOutput()

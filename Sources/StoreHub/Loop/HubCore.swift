@@ -171,7 +171,7 @@ struct HubCore {
         // Input is bounded: past one frame and one read of unhandled bytes, or a backlog of
         // unread replies, the hub stops reading until it drains.
         let read = connection.takesFrames || connection.isAwaitingCatchUp
-            ? !connection.input.ended && connection.input.decoder.bufferedByteCount <= maxBufferedInput
+            ? !connection.input.peerClosed && connection.input.decoder.bufferedByteCount <= maxBufferedInput
                 && connection.output.privateBytes <= HubConfiguration.Defaults.replyBacklogBytes
             : false
         return (read, owes(connection))
@@ -311,7 +311,7 @@ struct HubCore {
         case .ended:
             // The client is done sending (closed, or half-closed with SHUT_WR). Frames already
             // buffered are still handled; then it gets what is queued for it, and a close.
-            connection.input.ended = true
+            connection.input.peerClosed = true
             connection.input.moreFrames = true
             if case .awaitingUpgrade = connection.phase {
                 // Held for an upgrade and gone: nothing to wait for any more.
@@ -369,7 +369,7 @@ struct HubCore {
             guard let decision else {
                 // No complete frame: this attempt is not progress.
                 budget += 1
-                if connection.input.ended { stopReading(connection, then: nil) }
+                if connection.input.peerClosed { stopReading(connection, then: nil) }
                 break
             }
             carryOut(decision, for: connection)
@@ -556,7 +556,7 @@ struct HubCore {
     /// Hands a request to the pipeline: judged now when nothing waits before it and the
     /// sequencer can, delivered at once when it may go at once.
     private mutating func submit(_ connection: Connection, _ request: RequestPipeline.Request) {
-        if let answer = outageAnswer(connection, request), connection.held == 0 || answer.overtakes {
+        if let answer = outageAnswer(connection, request), connection.answersWaiting == 0 || answer.overtakes {
             deliver(answer, to: connection, after: sequencer.appliedSeq)
             return
         }
@@ -571,7 +571,7 @@ struct HubCore {
     /// queues it in the pipeline.
     private mutating func judgeAndQueue(_ connection: Connection, _ request: RequestPipeline.Request) {
         let judged = judge(connection, request)
-        if judged.immediate, connection.held == 0 || judged.judgment.overtakes {
+        if judged.immediate, connection.answersWaiting == 0 || judged.judgment.overtakes {
             deliver(judged.judgment, to: connection, after: sequencer.appliedSeq)
             return
         }

@@ -111,7 +111,7 @@ struct RequestPipeline {
     ///   - request: The request.
     mutating func append(_ connection: Connection, unjudged request: Request) {
         entries.append(Entry(connection: connection, request: request))
-        connection.held += 1
+        connection.answersWaiting += 1
     }
 
     /// Adds a request judged as it arrived; only when none waits unjudged (``hasUnjudged``).
@@ -124,7 +124,7 @@ struct RequestPipeline {
         assert(!hasUnjudged, "a request judged at once while others wait unjudged would overtake them")
         entries.append(Entry(connection: connection, request: request, judgment: judged.judgment, after: judged.after))
         firstUnjudged = entries.count
-        connection.held += 1
+        connection.answersWaiting += 1
     }
 
     /// Takes every request waiting to be judged out of the pipeline, in order: the caller
@@ -136,7 +136,7 @@ struct RequestPipeline {
         var taken: [(connection: Connection, request: Request)] = []
         taken.reserveCapacity(entries.count - firstUnjudged)
         for index in firstUnjudged..<entries.count {
-            entries[index].connection.held -= 1
+            entries[index].connection.answersWaiting -= 1
             taken.append((entries[index].connection, entries[index].request))
         }
         entries.removeSubrange(firstUnjudged...)
@@ -164,7 +164,7 @@ struct RequestPipeline {
             // The fields, not the entry: copying the entry would copy its request (an action) too.
             let connection = entries[head].connection, after = entries[head].after
             head += 1
-            connection.held -= 1
+            connection.answersWaiting -= 1
             return (connection, judgment, after)
         }
         if head == entries.count {
