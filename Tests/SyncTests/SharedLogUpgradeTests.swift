@@ -244,6 +244,14 @@ extension MultiProcessTests.SharedLogTests {
         // Every hub that carries todos@2 follows; they agree.
         let statuses = try await hubs.settled([0, 1, 2], at: UInt64(upgradeSeq))
         #expect(statuses.allSatisfy { $0.fingerprint == "todos@2" }, "\(statuses.map(\.fingerprint))")
+        // No hub, the upgrader or a follower, published a migrated state where older hubs read.
+        let connection = try NATSConnection.connect(servers: [servers[0].address], name: "check", timeoutMilliseconds: 2_000)
+        defer { connection.close() }
+        if let head = try? connection.jetStream("STREAM.MSG.GET.\(hubs.stream)_META", ["last_by_subj": .string("storesync.\(hubs.stream).meta.head")]),
+           let data = head["message"]?["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }),
+           let seq = (try? JSON(parsing: [UInt8](data)))?["seq"]?.intValue {
+            #expect(seq < upgradeSeq, "a snapshot head at seq \(seq) on …meta.head, after the upgrade at \(upgradeSeq)")
+        }
         let fresh = try (0..<3).map { try TodosClient(socket: hubs.socket($0), fingerprint: "todos@2", name: "n\($0)") }
         defer { for client in fresh { client.raw.close() } }
         let states = fresh.map { $0.first["state"] ?? .null }
@@ -369,6 +377,29 @@ struct ReplicatorUpgradeTests {
             return
         }
         #expect(error.message.contains("STREAM.UPDATE") && refused.machine.layout == .actions)
+    }
+
+    @Test("a hub that never asked STREAM.INFO learns the move from the first record it reads on …records: its proposals and snapshots go to the new subjects from then on")
+    func followerLearnsFromRecord() throws {
+        var hub = Harness()
+        hub.linkUp()
+        try hub.answer(Harness.consumerCreate, ["name": "c1"])
+        try hub.answer(Harness.info, Self.info(last: 1, subjects: Self.original))
+        #expect(hub.machine.layout == .actions)
+        // Another hub's record, on the records subject (it moved the stream).
+        var theirs = hub.foreign([ReplicatorTests.record(1)])
+        theirs.subject = Harness.names.records
+        hub.deliver(theirs, at: 2)
+        #expect(hub.appended == [1] && hub.machine.layout == .records)
+        hub.send(.command(.propose([ReplicatorTests.record(2)], expectingLast: 1, epoch: 1)))
+        #expect(Self.proposalSubjects(hub) == ["storesync.ledger.records"])
+        hub.send(.command(.snapshot(StoredSnapshot(seq: 1, digest: Digest.of(["n": 1]), state: ["n": 1], nextReplica: 1,
+                                                   position: LogPosition(seq: 1, streamSeq: 2, tag: hub.streamTag), app: "x@2"))))
+        let heads = hub.effects.compactMap { effect -> String? in
+            guard case .publish(let subject, _, _, let payload) = effect, subject == Harness.api("STREAM.MSG.GET.ledger_META") else { return nil }
+            return (try? JSON(parsing: payload))?["last_by_subj"]?.stringValue
+        }
+        #expect(heads.last == "storesync.ledger.meta.state.head", "\(heads)")
     }
 
     @Test("a record on …records is as valid as on …actions; a message on any other subject is not")

@@ -113,7 +113,7 @@ extension JetStreamLog {
             /// `STREAM.MSG.GET`: the leader's copy of the last record applied (the chain check).
             case chainCheck(streamSeq: UInt64, applied: String)
             /// `CONSUMER.LIST` from `offset`, for question `number`, with the hubs found so far.
-            case hubs(number: Int, offset: Int, found: [LogPeer])
+            case hubs(number: Int, offset: Int, pages: Int, found: [LogPeer])
             /// `STREAM.INFO` before moving the stream to the records layout, for question `number`.
             case moveInfo(number: Int)
             /// `STREAM.UPDATE` moving the stream to the records layout, for question `number`.
@@ -548,7 +548,7 @@ extension JetStreamLog {
             case .snapshotChunk: snapshotChunkWritten(answer)
             case .snapshotHeadWrite: snapshotHeadWritten(answer)
             case .purge: break
-            case .hubs(let number, let offset, let found): hubsListed(number: number, offset: offset, found: found, answer)
+            case .hubs(let number, let offset, let pages, let found): hubsListed(number: number, offset: offset, pages: pages, found: found, answer)
             case .moveInfo(let number): moveInfoAnswered(number: number, answer)
             case .moveUpdate(let number): moveUpdateAnswered(number: number, answer)
             }
@@ -578,7 +578,7 @@ extension JetStreamLog {
                 switch request.purpose {
                 case .leaseRead(let lease), .leaseWrite(let lease, _):
                     answerLease(lease, .failure(StorageError("cannot reserve replica ids in the shared log: \(reason)")))
-                case .hubs(let number, _, _):
+                case .hubs(let number, _, _, _):
                     effects.append(.answer(.hubs(.failure(StorageError("the shared log did not list its hubs: \(reason)"))), number: number))
                 case .moveInfo(let number), .moveUpdate(let number):
                     effects.append(.answer(.moved(.failure(StorageError("the stream was not moved to the records layout: \(reason)"))), number: number))
@@ -768,7 +768,13 @@ extension JetStreamLog {
             guard subject == deliverSubject else { return }
             switch answer {
             case .success(let json):
-                consumerName = json["name"]?.stringValue.map { String($0.prefix(256)) }
+                // Only a name NATS could have given goes into a subject later (the delete).
+                consumerName = json["name"]?.stringValue.flatMap { name in
+                    name.utf8.count <= 256 && !name.isEmpty && name.utf8.allSatisfy { byte in
+                        (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
+                            || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
+                    } ? name : nil
+                }
                 lastDelivery = now
                 if polling { note("reading the shared log with a consumer again, from seq \(next)") }
                 polling = false
@@ -898,7 +904,7 @@ extension JetStreamLog {
                message.headers?[Self.tagHeader] == first.tag {
                 guard mayApply(first, delivered: message) else { return }
                 pending.removeFirst()
-                advance(seq: first.lastSeq, tag: first.tag, at: position, payload: message.payload)
+                advance(seq: first.lastSeq, tag: first.tag, at: position, payload: message.payload, subject: message.subject)
                 emit([.accepted(through: first.lastSeq), .position(LogPosition(seq: first.lastSeq, streamSeq: position, tag: first.tag))])
                 updateAvailability()
                 return
@@ -940,7 +946,7 @@ extension JetStreamLog {
                 }
             }
             let tag = message.headers?[Self.tagHeader] ?? ""
-            advance(seq: lastSeq, tag: tag, at: position, payload: message.payload)
+            advance(seq: lastSeq, tag: tag, at: position, payload: message.payload, subject: message.subject)
             for record in records { effects.append(.post(.appended(record))) }
             effects.append(.post(.position(LogPosition(seq: lastSeq, streamSeq: position, tag: tag))))
             updateAvailability()
@@ -986,7 +992,15 @@ extension JetStreamLog {
         }
 
         /// The record at `position` was read and applied: the read position moves past it.
-        private mutating func advance(seq: UInt64, tag: String, at position: UInt64, payload: [UInt8]) {
+        private mutating func advance(seq: UInt64, tag: String, at position: UInt64, payload: [UInt8], subject: String) {
+            // A valid record on `…records` says the stream moved (an upgrade): from here on this
+            // hub writes records and snapshots there too, before anything it does after reading
+            // the record (a follower's snapshot of the migrated state must never go where older
+            // hubs read).
+            if layout == .actions, subject == names.records {
+                layout = .records
+                note("the stream \(names.stream) was moved to the records layout (an upgrade): records go on \(names.records) from now on", .notice)
+            }
             boundaries.append((seq, position))
             if boundaries.count > Self.maxBoundaries { boundaries.removeFirst(Self.maxBoundaries / 2) }
             lastReadPayload = payload
@@ -1645,7 +1659,7 @@ extension JetStreamLog {
         private mutating func ask(_ question: Question, number: Int) {
             switch question {
             case .hubs:
-                jetStream("CONSUMER.LIST." + names.stream, ["offset": 0], for: .hubs(number: number, offset: 0, found: []))
+                jetStream("CONSUMER.LIST." + names.stream, ["offset": 0], for: .hubs(number: number, offset: 0, pages: 1, found: []))
             case .moveToRecords where layout == .records:
                 effects.append(.answer(.moved(.success(.records)), number: number))
             case .moveToRecords:
@@ -1663,7 +1677,7 @@ extension JetStreamLog {
         /// The most pages of consumers read (256 each): a stream with more is not listed whole.
         static let maxConsumerPages = 16
 
-        private mutating func hubsListed(number: Int, offset: Int, found: [LogPeer], _ answer: Result<JSON, NATSError>) {
+        private mutating func hubsListed(number: Int, offset: Int, pages: Int, found: [LogPeer], _ answer: Result<JSON, NATSError>) {
             switch answer {
             case .failure(let error):
                 effects.append(.answer(.hubs(.failure(StorageError("the shared log did not list its hubs: \(error.message)"))), number: number))
@@ -1672,8 +1686,9 @@ extension JetStreamLog {
                 let all = found + LogPeer.peers(in: json)
                 let total = json["total"]?.intValue ?? 0
                 let read = offset + page
-                if page > 0, read < total, read / max(1, page) < Self.maxConsumerPages {
-                    jetStream("CONSUMER.LIST." + names.stream, ["offset": JSON(read)], for: .hubs(number: number, offset: read, found: all))
+                if page > 0, read < total, pages < Self.maxConsumerPages {
+                    jetStream("CONSUMER.LIST." + names.stream, ["offset": JSON(read)],
+                              for: .hubs(number: number, offset: read, pages: pages + 1, found: all))
                 } else if page > 0, read < total {
                     effects.append(.answer(.hubs(.failure(StorageError("the stream \(names.stream) has \(total) consumers, more than this hub lists; remove the ones that are not hubs"))), number: number))
                 } else {

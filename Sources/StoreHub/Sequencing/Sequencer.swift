@@ -472,14 +472,15 @@ final class Sequencer {
                                    to: target, digest: digest, stateBytes: bytes.count, detaches: detaches)
         report.hubsLacking = lacking
         if dryRun { return .report(report, proposed: false) }
-        // A shared log moves where hubs that predate upgrades cannot write (StreamLayout).
+        if let error = next.restore(migrated) {
+            return refusal("the migrated state does not decode as \(target): \(error.message)")
+        }
+        // A shared log moves where hubs that predate upgrades cannot write (StreamLayout): the
+        // last step before the record, as the move is one-way.
         do throws(StorageError) {
             try log.prepareUpgrade()
         } catch {
             return .refused(WireError(.unavailable, "the log is not ready for an upgrade record (\(error.message)); nothing changed — ask again once it is back"))
-        }
-        if let error = next.restore(migrated) {
-            return refusal("the migrated state does not decode as \(target): \(error.message)")
         }
         let time = passWallTime ?? wallClock()
         passWallTime = time
