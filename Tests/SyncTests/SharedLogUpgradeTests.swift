@@ -7,12 +7,15 @@ import Darwin
 import NATSClient
 @testable import StoreHub
 import SyncCore
+import SyncLocks
 import SyncPOSIX
 import Testing
 
 /// A todos client of a shared-log test: said hello as `fingerprint` (with a session), read its welcome.
 private struct TodosClient {
     let raw: RawClient
+    /// The types of the last messages read (for a failure's message).
+    let lastSeen = Locked<[String]>([])
     let replica: Int
     let first: JSON
 
@@ -46,7 +49,14 @@ private struct TodosClient {
         var acknowledged: Set<String> = []
         let deadline = ContinuousClock.now + scaled(.seconds(60))
         while !open.isEmpty || untilUpgraded, ContinuousClock.now < deadline {
-            guard let message = try raw.receiveOrEOF(timeoutMilliseconds: 30_000) else { break }
+            guard let message = try raw.receiveOrEOF(timeoutMilliseconds: 30_000) else {
+                lastSeen.withLock { $0.append("EOF") }
+                break
+            }
+            lastSeen.withLock { seen in
+                seen.append("\(message["type"]?.stringValue ?? "?")\(message["error"]?["code"].map { " " + ($0.stringValue ?? "") } ?? "")")
+                if seen.count > 8 { seen.removeFirst() }
+            }
             switch message["type"]?.stringValue {
             case "action":
                 if message["origin"]?.intValue == replica, let id = message["id"]?.stringValue, open.remove(id) != nil {
@@ -237,7 +247,7 @@ extension MultiProcessTests.SharedLogTests {
         for (k, writer) in writers.enumerated() {
             let answered = try writer.answers(range, prefix: "w\(k)", untilUpgraded: true)
             acknowledged.formUnion(answered.acknowledged)
-            #expect(answered.upgraded, "writer \(k) (todos@1, on hub \(k)) was not told of the upgrade")
+            #expect(answered.upgraded, "writer \(k) (todos@1, on hub \(k)) was not told of the upgrade; it read last \(writer.lastSeen.withLock { $0 })")
             if answered.acknowledged.count < range.count { inTheMiddle = true }
         }
         #expect(inTheMiddle || upgradeSeq > 3 * 1_000 + 360, "the upgrade came after every burst")
