@@ -104,12 +104,7 @@ extension MultiProcessTests {
         func availability() async throws {
             let fixture = try Fixture()
             defer { fixture.shutdown() }
-            let ports = try (0..<3).map { _ in (client: try freeTCPPort(), cluster: try freeTCPPort()) }
-            let servers = try (0..<3).map { index in
-                try NATSServer(fixture: fixture, name: "n\(index)", port: ports[index].client, clusterPort: ports[index].cluster,
-                               routes: (0..<3).filter { $0 != index }.map { "127.0.0.1:\(ports[$0].cluster)" })
-            }
-            for server in servers { try await server.start() }
+            let servers = try await NATSServer.startCluster(fixture)
             let hubs = SharedHubs(fixture: fixture, nats: servers)
             var processes: [ChildProcess] = []
             for index in 0..<3 {
@@ -213,12 +208,7 @@ extension MultiProcessTests {
         func pausedServers() async throws {
             let fixture = try Fixture()
             defer { fixture.shutdown() }
-            let ports = try (0..<3).map { _ in (client: try freeTCPPort(), cluster: try freeTCPPort()) }
-            let servers = try (0..<3).map { index in
-                try NATSServer(fixture: fixture, name: "n\(index)", port: ports[index].client, clusterPort: ports[index].cluster,
-                               routes: (0..<3).filter { $0 != index }.map { "127.0.0.1:\(ports[$0].cluster)" })
-            }
-            for server in servers { try await server.start() }
+            let servers = try await NATSServer.startCluster(fixture)
             // A paused server is resumed even when the test fails (the fixture kills it then).
             defer { for server in servers { server.process?.signal(SIGCONT) } }
             let hubs = SharedHubs(fixture: fixture, nats: servers)

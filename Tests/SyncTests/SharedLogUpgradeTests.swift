@@ -198,12 +198,7 @@ extension MultiProcessTests.SharedLogTests {
     func rollingUpgrade() async throws {
         let fixture = try Fixture()
         defer { fixture.shutdown() }
-        let ports = try (0..<3).map { _ in (client: try freeTCPPort(), cluster: try freeTCPPort()) }
-        let servers = try (0..<3).map { index in
-            try NATSServer(fixture: fixture, name: "n\(index)", port: ports[index].client, clusterPort: ports[index].cluster,
-                           routes: (0..<3).filter { $0 != index }.map { "127.0.0.1:\(ports[$0].cluster)" })
-        }
-        for server in servers { try await server.start() }
+        let servers = try await NATSServer.startCluster(fixture)
         let hubs = SharedHubs(fixture: fixture, nats: servers)
         func log(_ index: Int) -> String {
             hubs.url([servers[index % 3]] + servers.enumerated().filter { $0.offset != index % 3 }.map(\.element))

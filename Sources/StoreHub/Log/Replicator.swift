@@ -997,10 +997,7 @@ extension JetStreamLog {
             // hub writes records and snapshots there too, before anything it does after reading
             // the record (a follower's snapshot of the migrated state must never go where older
             // hubs read).
-            if layout == .actions, subject == names.records {
-                layout = .records
-                note("the stream \(names.stream) was moved to the records layout (an upgrade): records go on \(names.records) from now on", .notice)
-            }
+            if subject == names.records { adoptRecordsLayout() }
             boundaries.append((seq, position))
             if boundaries.count > Self.maxBoundaries { boundaries.removeFirst(Self.maxBoundaries / 2) }
             lastReadPayload = payload
@@ -1140,12 +1137,17 @@ extension JetStreamLog {
             leaderFound()
         }
 
+        /// The stream moved to ``StreamLayout/records`` (learned from `STREAM.INFO`, or from a
+        /// valid record read there): one way, said once.
+        private mutating func adoptRecordsLayout() {
+            guard layout == .actions else { return }
+            layout = .records
+            note("the stream \(names.stream) was moved to the records layout (an upgrade): records go on \(names.records) from now on", .notice)
+        }
+
         /// Keeps the stream leader's name from a `STREAM.INFO` answer (for `status`).
         private mutating func noteLeader(_ info: JSON) {
-            if layout == .actions, StreamLayout.of(info, names: names) == .records {
-                layout = .records
-                note("the stream \(names.stream) was moved to the records layout (an upgrade): records go on \(names.records) from now on", .notice)
-            }
+            if StreamLayout.of(info, names: names) == .records { adoptRecordsLayout() }
             let name = info["cluster"]?["leader"]?.stringValue ?? ""
             guard name != facts.leader else { return }
             facts.leader = String(name.prefix(256))

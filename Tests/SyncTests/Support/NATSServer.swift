@@ -173,3 +173,20 @@ final class NATSServer: Sendable {
     /// Its process, while started.
     var process: ChildProcess? { current.withLock { $0 } }
 }
+
+extension NATSServer {
+    /// Three nats-server on loopback in one cluster (each routing to the other two), started;
+    /// killed by PID with the fixture.
+    ///
+    /// - Parameter fixture: The test's fixture.
+    /// - Returns: The servers, `n0`, `n1`, `n2`.
+    static func startCluster(_ fixture: Fixture) async throws -> [NATSServer] {
+        let ports = try (0..<3).map { _ in (client: try freeTCPPort(), cluster: try freeTCPPort()) }
+        let servers = try (0..<3).map { index in
+            try NATSServer(fixture: fixture, name: "n\(index)", port: ports[index].client, clusterPort: ports[index].cluster,
+                           routes: (0..<3).filter { $0 != index }.map { "127.0.0.1:\(ports[$0].cluster)" })
+        }
+        for server in servers { try await server.start() }
+        return servers
+    }
+}
