@@ -130,6 +130,37 @@ struct UpgradeTests {
         #expect(!again.changed && again.seq == 3 && hub.core.seq == 3)
     }
 
+    @Test("a replica that reads nothing for a while after the upgrade still gets upgraded; one that never reads is closed after --welcome-timeout")
+    func busyReplicaHearsUpgrade() throws {
+        let hub = try todosHub { $0.welcomeTimeout = .seconds(30) }
+        let busy = try #require(hub.connect())
+        let gone = try #require(hub.connect())
+        hub.send([hello("todos@1", name: "busy")], from: busy)
+        hub.send([hello("todos@1", name: "gone")], from: gone)
+        hub.settle()
+        #expect(hub.types(to: busy) == ["welcome"] && hub.types(to: gone) == ["welcome"])
+        hub.readLimit[busy] = 0
+        hub.readLimit[gone] = 0
+        hub.send(add(1, "milk"), from: busy)
+        hub.settle()
+        #expect(hub.core.seq == 1)
+        let admin = try #require(hub.connect())
+        hub.send(upgradeRequest("u1"), from: admin)
+        hub.settle()
+        guard case .upgrade(let report)? = hub.messages(to: admin).last, report.changed else { Issue.record("expected an upgrade"); return }
+        // Far past the 2 s an ended connection gets, both are still owed their stream.
+        hub.advance(by: .seconds(20))
+        hub.pass()
+        #expect(hub.isOpen(busy) && hub.isOpen(gone))
+        hub.readLimit[busy] = nil
+        hub.settle()
+        #expect(hub.types(to: busy) == ["action", "upgraded"] && !hub.isOpen(busy))
+        // The one that never reads is not held for ever.
+        hub.advance(by: .seconds(11))
+        hub.pass()
+        #expect(!hub.isOpen(gone))
+    }
+
     @Test("an outdated replica resuming its session learns the fate of each dispatch in doubt before it is refused")
     func inDoubtAcrossUpgrade() throws {
         let hub = try todosHub()

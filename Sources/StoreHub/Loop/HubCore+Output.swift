@@ -13,6 +13,11 @@ enum Teardown: Equatable {
     /// It ended its input and every answer it was owed is queued: it closes once they are
     /// written (or after 2 s).
     case finished
+    /// The history moved to a newer version while it streamed: it is written the rest of its
+    /// stream, `upgraded` last, then closes once that is written (or after the larger of
+    /// `--welcome-timeout` and 2 s, as a slow consumer: a replica busy for a moment still
+    /// learns of the upgrade, and the time is bounded).
+    case upgraded
     /// It gets this `error` after what is queued, then closes once that is written (or
     /// after a grace: 2 s, as long as a welcome for a slow consumer).
     case failed(WireError)
@@ -178,6 +183,8 @@ extension HubCore {
             if connection.phase.attachment != nil, !connection.isClosing {
                 configuration.logger.info("\(connection.label) disconnected")
             }
+        case .upgraded:
+            break
         case .failed(let error):
             configuration.logger.info("closing \(connection.label): \(error.rawCode): \(ControlCharacters.escaped(error.message))")
             send(.error(error), to: connection)
@@ -190,11 +197,13 @@ extension HubCore {
         switch why {
         case .lost:
             forget(connection)
-        case .finished, .failed:
+        case .finished, .upgraded, .failed:
             connection.output.stopFollowing(at: backlog.end)
             connection.output.clearReadDeadline()
-            // A slow consumer is given as long as a welcome to read the rest of its frame and the error.
+            // A slow consumer is given as long as a welcome to read the rest of its frame and
+            // the error, and so is a replica to read up to `upgraded`.
             var grace: Duration = .seconds(2)
+            if why == .upgraded { grace = max(configuration.welcomeTimeout, .seconds(2)) }
             if case .failed(let error) = why, error.code == .slowConsumer { grace = max(configuration.welcomeTimeout, .seconds(2)) }
             connection.phase = connection.phase.closing(by: now + grace)
         }

@@ -496,7 +496,7 @@ struct HubCore {
         version += 1
         facts.fingerprint = notice.to
         for connection in streaming where !connection.isClosing {
-            tearDown(connection, .finished)
+            tearDown(connection, .upgraded)
         }
         // Attached before the upgrade but not streaming yet (a welcome still to be judged, or
         // waiting for a shared log to catch up): its welcome would be of the new version.
